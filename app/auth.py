@@ -1,0 +1,116 @@
+"""Apps, scopes and bearer tokens (no Flask).
+
+Only SHA-256 hashes of tokens and client secrets are stored, so a leaked database lets no
+one in. Tokens are found by their hash and the hash is compared in constant time.
+"""
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+import secrets
+import tempfile
+import time
+
+from .models import App, Token
+
+TOKEN_LIFETIME = 30 * 24 * 3600
+SYSTEM_APP = "system"
+SYSTEM_SCOPES = ("crons", "runs")
+KNOWN_SCOPES = frozenset({"crons", "runs"})
+
+
+def sha256_hex(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def create_app_record(name: str, scopes, now: int | None = None) -> tuple:
+    """Create an app; returns (client_id, client_secret) — the secret is shown only once."""
+    scopes = sorted(set(scopes))
+    unknown = [s for s in scopes if s not in KNOWN_SCOPES]
+    if unknown or not scopes:
+        raise ValueError(f"scopes must be a comma list of {', '.join(sorted(KNOWN_SCOPES))}")
+    client_id = secrets.token_hex(8)
+    client_secret = secrets.token_urlsafe(24)
+    App.insert(name=name, client_id=client_id, client_secret_hash=sha256_hex(client_secret),
+               scopes=",".join(scopes), created_at=int(now or time.time())).execute()
+    return client_id, client_secret
+
+
+def ensure_system_app() -> None:
+    """The system app exists after db init or the first serve (its secret is never needed)."""
+    if App.select(App.id).where(App.name == SYSTEM_APP).exists():
+        return
+    create_app_record(SYSTEM_APP, SYSTEM_SCOPES)
+
+
+def issue_token(app_id: int, now: int) -> tuple:
+    """A new 30-day token for an app; expired tokens of that app are pruned on the way."""
+    Token.delete().where(Token.app == app_id, Token.expiration <= now).execute()
+    value = secrets.token_urlsafe(32)
+    expiration = now + TOKEN_LIFETIME
+    Token.insert(token_hash=sha256_hex(value), app=app_id, expiration=expiration).execute()
+    return value, expiration
+
+
+def app_for_credentials(client_id: str, client_secret: str):
+    """The App row whose client id and secret match, or None."""
+    app = App.get_or_none(App.client_id == client_id)
+    # Compare even when the app is missing, so timing says nothing about which ids exist.
+    stored = app.client_secret_hash if app else "0" * 64
+    ok = hmac.compare_digest(stored, sha256_hex(client_secret))
+    return app if (app and ok) else None
+
+
+def token_scopes(token: str, now: int):
+    """(scopes, expiration) of a valid token, or None when it is unknown or expired."""
+    return scopes_for_digest(sha256_hex(token), now)
+
+
+def scopes_for_digest(digest: str, now: int):
+    """Like token_scopes, given the token's sha256 hex digest."""
+    row = (Token.select(Token.token_hash, Token.expiration, App.scopes).join(App)
+           .where(Token.token_hash == digest).tuples().first())
+    if row is None or not hmac.compare_digest(row[0], digest) or row[1] <= now:
+        return None
+    return frozenset(row[2].split(",")), row[1]
+
+
+def system_token(token_file: str, now: int | None = None, min_left: int = 24 * 3600) -> dict:
+    """Return {"value", "expiration"} for the system app, reusing token.json while valid.
+
+    A token in the file is reused only if the database still knows it and it has more
+    than min_left seconds to live; otherwise a new one is issued and written (mode 0600).
+    """
+    now = int(now or time.time())
+    try:
+        with open(token_file, encoding="utf-8") as fh:
+            current = json.load(fh)
+        value, expiration = current["value"], int(current["expiration"])
+        known = token_scopes(value, now)
+        if known and known[1] == expiration and expiration - now > min_left:
+            return {"value": value, "expiration": expiration}
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    ensure_system_app()
+    app = App.get(App.name == SYSTEM_APP)
+    value, expiration = issue_token(app.id, now)
+    token = {"value": value, "expiration": expiration}
+    _write_private(token_file, json.dumps(token))
+    return token
+
+
+def _write_private(path: str, text: str) -> None:
+    """Write a file readable by its owner only, atomically (temp file + rename)."""
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".token.")
+    try:
+        os.fchmod(fd, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text + "\n")
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise

@@ -1,0 +1,171 @@
+"""Settings: read once at start-up from the environment (and an optional KEY=VALUE file).
+
+Every value goes through a small strict parser; a bad value raises ConfigError naming the
+key, and the service refuses to start instead of silently falling back to a default.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass, field
+from typing import Mapping
+
+KNOWN_ORIGINS = frozenset({"manual", "scheduled_node", "scheduled_system"})
+SCHEDULERS = ("system", "node")
+
+# Keys the config file may hold. QL_EXECUTION_ORIGIN is set by crontab lines for the shell,
+# never read by the service; QL_BASE_URL is read by the shell scripts only.
+FILE_KEYS = frozenset({
+    "QL_DATA_DIR", "QL_DB_URL", "QL_HOST", "QL_PORT", "QL_THREADS", "QL_SCHEDULER",
+    "QL_CRONTAB_FILE", "QL_CRONTAB_INSTALL", "QL3_SHADOW_ORIGINS", "QL3_SHADOW_FAILURE_CAP",
+    "QL_MAX_BODY", "QL_BASE_URL", "QL_DB_TIMEOUT",
+})
+
+
+class ConfigError(ValueError):
+    """A configuration value that cannot be used; the message names the key."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    data_dir: str = "./data"
+    db_url: str = "sqlite:///./data/qlshadow.db"
+    host: str = "127.0.0.1"
+    port: int = 5600
+    threads: int = 4
+    scheduler: str = "node"
+    crontab_file: str = "./data/crontab.list"
+    crontab_install: str = "crontab {file}"
+    shadow_origins: frozenset = field(default_factory=frozenset)
+    failure_cap: int = 1000
+    max_body: int = 65536
+    db_timeout: float = 5.0
+    config_file: str | None = None
+
+    @property
+    def shadow_on(self) -> bool:
+        """True when system-crond callbacks are admitted to Shadow."""
+        return "scheduled_system" in self.shadow_origins
+
+    @property
+    def log_dir(self) -> str:
+        return os.path.join(self.data_dir, "log")
+
+    @property
+    def token_file(self) -> str:
+        return os.path.join(self.data_dir, "token.json")
+
+
+def _int(key: str, raw: str, lo: int, hi: int) -> int:
+    text = raw.strip()
+    if not text.isascii() or not text.lstrip("-").isdigit():
+        raise ConfigError(f"{key}={raw!r} is not an integer")
+    value = int(text)
+    if not lo <= value <= hi:
+        raise ConfigError(f"{key}={raw!r} must be between {lo} and {hi}")
+    return value
+
+
+def _float(key: str, raw: str, lo: float, hi: float) -> float:
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigError(f"{key}={raw!r} is not a number") from None
+    if not lo <= value <= hi:
+        raise ConfigError(f"{key}={raw!r} must be between {lo} and {hi}")
+    return value
+
+
+def parse_origins(raw: str) -> frozenset:
+    """Parse QL3_SHADOW_ORIGINS: a comma list of known origin names; empty means off."""
+    names = [part.strip() for part in raw.split(",") if part.strip()]
+    unknown = [n for n in names if n not in KNOWN_ORIGINS]
+    if unknown:
+        raise ConfigError(
+            f"QL3_SHADOW_ORIGINS has unknown origin {unknown[0]!r}; "
+            f"known: {', '.join(sorted(KNOWN_ORIGINS))}")
+    return frozenset(names)
+
+
+def check_db_url(url: str) -> str:
+    """Reject URLs that would silently mean something else (sqlite://x.db is in-memory)."""
+    if url.startswith("sqlite:"):
+        if not url.startswith("sqlite:///") or len(url) == len("sqlite:///"):
+            raise ConfigError(
+                f"QL_DB_URL={url!r} is not a SQLite file URL; write sqlite:///relative/path.db "
+                "or sqlite:////absolute/path.db")
+        if ":memory:" in url or "mode=memory" in url:
+            raise ConfigError(f"QL_DB_URL={url!r}: an in-memory database would lose every record")
+        return url
+    if url.startswith(("postgresql://", "postgres://")):
+        return url
+    raise ConfigError(f"QL_DB_URL={url!r} must start with sqlite:/// or postgresql://")
+
+
+def read_config_file(path: str) -> dict:
+    """Read a KEY=VALUE file: '#' comments, blank lines, optional matching quotes."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            lines = fh.read().splitlines()
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
+    values = {}
+    for number, line in enumerate(lines, 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.startswith("export "):
+            line = line[7:].lstrip()
+        key, sep, value = line.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise ConfigError(f"{path}:{number}: expected KEY=VALUE")
+        if key not in FILE_KEYS:
+            raise ConfigError(f"{path}:{number}: unknown key {key}")
+        value = value.strip()
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+            value = value[1:-1]
+        values[key] = value
+    return values
+
+
+def _detect_scheduler() -> str:
+    return "system" if (shutil.which("crond") or shutil.which("cron")) else "node"
+
+
+def load(environ: Mapping[str, str] | None = None, config_file: str | None = None) -> Settings:
+    """Build Settings from a config file (optional) overlaid by the environment."""
+    env = dict(os.environ if environ is None else environ)
+    path = config_file or env.get("QL_CONFIG") or None
+    merged = read_config_file(path) if path else {}
+    merged.update({k: v for k, v in env.items() if k.startswith(("QL_", "QL3_"))})
+
+    data_dir = merged.get("QL_DATA_DIR", "./data").strip()
+    if not data_dir:
+        raise ConfigError("QL_DATA_DIR must not be empty")
+    data_dir = data_dir.rstrip("/") or "/"
+    db_url = check_db_url(merged.get("QL_DB_URL", "").strip() or f"sqlite:///{data_dir}/qlshadow.db")
+
+    host = merged.get("QL_HOST", "127.0.0.1").strip()
+    if not host or any(c.isspace() for c in host):
+        raise ConfigError(f"QL_HOST={host!r} is not a host name or address")
+
+    scheduler = merged.get("QL_SCHEDULER", "").strip()
+    if scheduler and scheduler not in SCHEDULERS:
+        raise ConfigError(f"QL_SCHEDULER={scheduler!r} must be 'system' or 'node'")
+
+    return Settings(
+        data_dir=data_dir,
+        db_url=db_url,
+        host=host,
+        port=_int("QL_PORT", merged.get("QL_PORT", "5600"), 0, 65535),
+        threads=_int("QL_THREADS", merged.get("QL_THREADS", "4"), 1, 64),
+        scheduler=scheduler or _detect_scheduler(),
+        crontab_file=merged.get("QL_CRONTAB_FILE", "").strip() or os.path.join(data_dir, "crontab.list"),
+        crontab_install=merged.get("QL_CRONTAB_INSTALL", "crontab {file}"),
+        shadow_origins=parse_origins(merged.get("QL3_SHADOW_ORIGINS", "")),
+        failure_cap=_int("QL3_SHADOW_FAILURE_CAP", merged.get("QL3_SHADOW_FAILURE_CAP", "1000"), 0, 10_000_000),
+        max_body=_int("QL_MAX_BODY", merged.get("QL_MAX_BODY", "65536"), 256, 16 * 1024 * 1024),
+        db_timeout=_float("QL_DB_TIMEOUT", merged.get("QL_DB_TIMEOUT", "5"), 0.1, 300),
+        config_file=path,
+    )

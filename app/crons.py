@@ -1,0 +1,154 @@
+"""Cron definitions: validation, create/update/delete/enable/disable, 2.x JSON (no Flask).
+
+Shared by the HTTP API and the command line so both apply the same rules.
+"""
+from __future__ import annotations
+
+import json
+import time
+
+from .errors import ApiError
+from .models import Cron, RunningInstance
+from .schedule import check_schedule
+
+TEXT_FIELDS = ("task_before", "task_after", "work_dir", "log_name")
+MAX_TEXT = 4096
+
+
+def _text(data: dict, key: str, required: bool):
+    value = data.get(key)
+    if value is None and not required:
+        return None
+    if not isinstance(value, str) or (required and not value.strip()) or len(value) > MAX_TEXT:
+        what = "a non-empty string" if required else "a string or null"
+        raise ApiError(400, f"'{key}' must be {what} of at most {MAX_TEXT} characters.")
+    return value
+
+
+def _schedule(value, key: str = "schedule") -> str:
+    try:
+        return check_schedule(value)
+    except ValueError as exc:
+        raise ApiError(400, f"'{key}': {exc}.") from None
+
+
+def _extra_schedules(value):
+    if value is None:
+        return None
+    if not isinstance(value, list):
+        raise ApiError(400, "'extra_schedules' must be a list of {\"schedule\": \"...\"} or null.")
+    out = []
+    for item in value:
+        if not isinstance(item, dict) or "schedule" not in item:
+            raise ApiError(400, "'extra_schedules' must be a list of {\"schedule\": \"...\"} or null.")
+        out.append({"schedule": _schedule(item["schedule"], "extra_schedules")})
+    return json.dumps(out, separators=(",", ":"))
+
+
+def _flag(value, key: str) -> int:
+    if value in (0, 1) and type(value) in (int, bool):
+        return int(value)
+    raise ApiError(400, f"'{key}' must be 0 or 1.")
+
+
+def validate(data, partial: bool) -> dict:
+    """Validated column values from a request body; partial=True for updates."""
+    if not isinstance(data, dict):
+        raise ApiError(400, "The request body must be a JSON object.")
+    values = {}
+    for key in ("name", "command"):
+        if key in data or not partial:
+            values[key] = _text(data, key, required=True)
+    if "schedule" in data or not partial:
+        values["schedule"] = _schedule(data.get("schedule"))
+    for key in TEXT_FIELDS:
+        if key in data:
+            values[key] = _text(data, key, required=False)
+    if "extra_schedules" in data:
+        values["extra_schedules"] = _extra_schedules(data["extra_schedules"])
+    if "allow_multiple_instances" in data:
+        values["allow_multiple_instances"] = _flag(data["allow_multiple_instances"],
+                                                   "allow_multiple_instances")
+    return values
+
+
+def cron_ids(data) -> list:
+    """A body that is a non-empty list of positive cron ids (digit strings accepted)."""
+    if not isinstance(data, list) or not data:
+        raise ApiError(400, "The request body must be a non-empty list of cron ids.")
+    ids = []
+    for item in data:
+        if type(item) is str and item.isascii() and item.isdigit() and len(item) <= 18:
+            item = int(item)
+        if type(item) is not int or not 0 < item < 2**63:
+            raise ApiError(400, "Cron ids must be positive integers.")
+        ids.append(item)
+    return ids
+
+
+def create(data) -> dict:
+    values = validate(data, partial=False)
+    now = int(time.time())
+    cron_id = Cron.insert(created_at=now, updated_at=now, **values).execute()
+    return get(cron_id)
+
+
+def update(data) -> dict:
+    if not isinstance(data, dict):
+        raise ApiError(400, "The request body must be a JSON object.")
+    cron_id = cron_ids([data.get("id")])[0] if data.get("id") is not None else None
+    if cron_id is None:
+        raise ApiError(400, "'id' must be the positive integer id of the cron to change.")
+    values = validate({k: v for k, v in data.items() if k != "id"}, partial=True)
+    get(cron_id)
+    if values:
+        Cron.update(updated_at=int(time.time()), **values).where(Cron.id == cron_id).execute()
+    return get(cron_id)
+
+
+def delete(ids: list) -> int:
+    RunningInstance.delete().where(RunningInstance.cron.in_(ids)).execute()
+    return Cron.delete().where(Cron.id.in_(ids)).execute()
+
+
+def set_disabled(ids: list, disabled: bool) -> int:
+    return (Cron.update(is_disabled=int(disabled), updated_at=int(time.time()))
+            .where(Cron.id.in_(ids)).execute())
+
+
+def get(cron_id: int) -> dict:
+    row = Cron.select().where(Cron.id == cron_id).dicts().get_or_none()
+    if row is None:
+        raise ApiError(404, f"Cron {cron_id} does not exist.")
+    return to_json(row)
+
+
+def listing(page: int, size: int) -> dict:
+    query = Cron.select().order_by(Cron.id.desc())
+    rows = query.paginate(page, size).dicts()
+    return {"data": [to_json(r) for r in rows], "total": query.count()}
+
+
+def to_json(row: dict) -> dict:
+    """A cron row with the 2.x field names and codes."""
+    extra = row["extra_schedules"]
+    return {
+        "id": row["id"], "name": row["name"], "command": row["command"],
+        "schedule": row["schedule"], "status": row["status"], "pid": row["pid"],
+        "log_path": row["log_path"], "last_execution_time": row["last_execution_time"],
+        "last_running_time": row["last_running_time"], "isDisabled": row["is_disabled"],
+        "task_before": row["task_before"], "task_after": row["task_after"],
+        "work_dir": row["work_dir"], "log_name": row["log_name"],
+        "extra_schedules": json.loads(extra) if extra is not None else None,
+        "allow_multiple_instances": row["allow_multiple_instances"],
+        "createdAt": row["created_at"], "updatedAt": row["updated_at"],
+    }
+
+
+def instances(cron_id: int, limit: int) -> list:
+    get(cron_id)
+    rows = (RunningInstance.select().where(RunningInstance.cron == cron_id)
+            .order_by(RunningInstance.id.desc()).limit(limit).dicts())
+    return [{"id": r["id"], "cron_id": r["cron"], "pid": r["pid"], "log_path": r["log_path"],
+             "started_at": r["started_at"], "finished_at": r["finished_at"],
+             "status": r["status"], "exit_code": r["exit_code"]} for r in rows]

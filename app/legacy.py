@@ -1,0 +1,157 @@
+"""The 2.x status callback: parse its body strictly, apply rules 1-5 of SPEC §2 (no Flask).
+
+Unknown keys are ignored on purpose: in 2.x one strictly validated new field made every
+status update fail and left tasks stuck "running"; a newer client must never break us.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from .errors import ApiError
+from .models import (CRON_IDLE, CRON_RUNNING, INSTANCE_ERROR, INSTANCE_FINISHED,
+                     INSTANCE_RUNNING, Cron, RunningInstance)
+
+INT64_MAX = 2**63 - 1
+INT32_MIN, INT32_MAX = -2**31, 2**31 - 1
+STATUS_CODES = {0: 0, 1: 1, 2: 2, 3: 3, "0": 0, "1": 1, "2": 2, "3": 3}
+NOT_GIVEN = object()  # the key is absent, null or "": rule 3 leaves the column alone
+
+
+@dataclass(frozen=True, slots=True)
+class StatusCallback:
+    ids: tuple
+    status: int
+    pid: object
+    log_path: object
+    last_execution_time: object
+    last_running_time: object
+    exit_code: object
+    execution_id: object  # the raw value; NOT_GIVEN when absent or null
+
+
+def decode_json(raw: bytes):
+    """Parse a request body as JSON whatever its Content-Type; 400 on anything else."""
+    try:
+        return json.loads(raw, parse_constant=_reject_constant)
+    except (ValueError, RecursionError):
+        raise ApiError(400, "The request body is not valid JSON.") from None
+
+
+def _reject_constant(name):
+    raise ValueError(name)
+
+
+def _is_int(value) -> bool:
+    return type(value) is int
+
+
+def _id(value) -> int | None:
+    if _is_int(value):
+        number = value
+    elif type(value) is str and value.isascii() and value.isdigit() and len(value) <= 19:
+        number = int(value)
+    else:
+        return None
+    return number if 0 < number <= INT64_MAX else None
+
+
+def _optional_int(body: dict, key: str, lo: int, hi: int):
+    value = body.get(key)
+    if value is None or value == "":
+        return NOT_GIVEN
+    if not _is_int(value) or not lo <= value <= hi:
+        raise ApiError(400, f"'{key}' must be an integer between {lo} and {hi} or null.")
+    return value
+
+
+def parse_status_callback(body) -> StatusCallback:
+    """Validate a status callback body; raises ApiError(400) naming the first bad field."""
+    if not isinstance(body, dict):
+        raise ApiError(400, "The request body must be a JSON object.")
+    raw_ids = body.get("ids")
+    if not isinstance(raw_ids, list) or not raw_ids:
+        raise ApiError(400, "'ids' must be a non-empty list of cron ids.")
+    ids = []
+    for raw in raw_ids:
+        cron_id = _id(raw)
+        if cron_id is None:
+            raise ApiError(400, "'ids' must hold only positive integer cron ids.")
+        if cron_id not in ids:
+            ids.append(cron_id)
+    status = body.get("status")
+    if status is None or type(status) not in (int, str) or status not in STATUS_CODES:
+        raise ApiError(400, "'status' must be 0 (running), 1 (idle), 2 (disabled) or 3 (queued).")
+    pid = body.get("pid")
+    if pid is None or pid in ("", "''"):
+        pid = NOT_GIVEN
+    else:
+        pid = _id(pid) if pid != 0 else 0
+        if pid is None:
+            raise ApiError(400, "'pid' must be a non-negative integer, a digit string, '' or null.")
+    log_path = body.get("log_path")
+    if log_path is None or log_path == "":
+        log_path = NOT_GIVEN
+    elif type(log_path) is not str or len(log_path) > 1024:
+        raise ApiError(400, "'log_path' must be a string of at most 1024 characters or null.")
+    execution_id = body.get("execution_id", None)
+    return StatusCallback(
+        ids=tuple(ids),
+        status=STATUS_CODES[status],
+        pid=pid,
+        log_path=log_path,
+        last_execution_time=_optional_int(body, "last_execution_time", 0, INT64_MAX),
+        last_running_time=_optional_int(body, "last_running_time", 0, INT64_MAX),
+        exit_code=_optional_int(body, "exit_code", INT32_MIN, INT32_MAX),
+        execution_id=NOT_GIVEN if execution_id is None else execution_id,
+    )
+
+
+def apply_status_callback(cb: StatusCallback, now: int) -> dict:
+    """Apply rules 1-5 for every id inside the caller's transaction.
+
+    Returns {cron_id: cron row as a dict} for the ids that exist (Shadow reads the
+    definition from it, so the cron is read once per callback).
+    """
+    crons = {}
+    for cron_id in cb.ids:
+        cron = (Cron.select().where(Cron.id == cron_id).dicts().get_or_none())
+        if cron is None:
+            continue  # rule 1
+        crons[cron_id] = cron
+        idle = cb.status == CRON_IDLE
+        # rule 2: a late finish of an older run (another log file) must not mark the newer
+        # run idle; duration and start time still apply (rule 3), and rule 5 still closes.
+        stale = idle and cb.log_path is not NOT_GIVEN and cb.log_path != cron["log_path"]
+        changes = {}
+        if not stale:
+            changes[Cron.status] = cb.status
+            if cb.pid is not NOT_GIVEN:
+                changes[Cron.pid] = cb.pid
+            if cb.log_path is not NOT_GIVEN:
+                changes[Cron.log_path] = cb.log_path
+        if cb.last_execution_time is not NOT_GIVEN:
+            changes[Cron.last_execution_time] = cb.last_execution_time
+        if cb.last_running_time is not NOT_GIVEN and cb.last_running_time > 0:
+            changes[Cron.last_running_time] = cb.last_running_time
+        if changes:
+            Cron.update(changes).where(Cron.id == cron_id).execute()
+
+        pid = None if cb.pid is NOT_GIVEN else cb.pid
+        if cb.status == CRON_RUNNING:  # rule 4
+            started = cb.last_execution_time
+            RunningInstance.insert(
+                cron=cron_id, pid=pid,
+                log_path=None if cb.log_path is NOT_GIVEN else cb.log_path,
+                started_at=started if started is not NOT_GIVEN and started > 0 else now,
+                status=INSTANCE_RUNNING).execute()
+        elif idle:  # rule 5
+            exit_code = None if cb.exit_code is NOT_GIVEN else cb.exit_code
+            same_pid = RunningInstance.pid.is_null() if pid is None else RunningInstance.pid == pid
+            (RunningInstance
+             .update(finished_at=now, exit_code=exit_code,
+                     status=INSTANCE_ERROR if exit_code else INSTANCE_FINISHED)
+             .where(RunningInstance.cron == cron_id, same_pid,
+                    RunningInstance.status == INSTANCE_RUNNING)
+             .execute())
+    return crons

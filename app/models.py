@@ -1,0 +1,139 @@
+"""Database models: crons and their Legacy instances, apps and tokens, Shadow Runs.
+
+Tables are kept few and narrow on purpose: every page a callback touches is a flash write
+on a router. Indexes carry a comment naming the query that needs them.
+"""
+from __future__ import annotations
+
+from peewee import (AutoField, BigIntegerField, CompositeKey, DatabaseProxy, ForeignKeyField,
+                    IntegerField, Model, SmallIntegerField, TextField)
+
+database = DatabaseProxy()
+
+# Cron.status codes (2.x)
+CRON_RUNNING, CRON_IDLE, CRON_DISABLED, CRON_QUEUED = 0, 1, 2, 3
+# RunningInstance.status codes (2.x)
+INSTANCE_RUNNING, INSTANCE_FINISHED, INSTANCE_STOPPED, INSTANCE_ERROR = 0, 1, 2, 3
+
+
+class BaseModel(Model):
+    class Meta:
+        database = database
+        legacy_table_names = False
+
+
+class Cron(BaseModel):
+    id = AutoField()
+    name = TextField()
+    command = TextField()
+    schedule = TextField()
+    extra_schedules = TextField(null=True)  # JSON list of {"schedule": ...}, as stored
+    task_before = TextField(null=True)
+    task_after = TextField(null=True)
+    work_dir = TextField(null=True)
+    log_name = TextField(null=True)
+    allow_multiple_instances = SmallIntegerField(default=0)
+    status = SmallIntegerField(default=CRON_IDLE)
+    pid = BigIntegerField(null=True)
+    log_path = TextField(null=True)
+    last_execution_time = BigIntegerField(null=True)
+    last_running_time = BigIntegerField(null=True)
+    is_disabled = SmallIntegerField(default=0)
+    created_at = BigIntegerField()
+    updated_at = BigIntegerField()
+
+    class Meta:
+        table_name = "crons"
+
+
+class RunningInstance(BaseModel):
+    """One Legacy execution record per running callback (2.x semantics)."""
+    id = AutoField()
+    cron = ForeignKeyField(Cron, column_name="cron_id", on_delete="CASCADE", index=False)
+    pid = BigIntegerField(null=True)
+    log_path = TextField(null=True)
+    started_at = BigIntegerField()
+    finished_at = BigIntegerField(null=True)
+    status = SmallIntegerField(default=INSTANCE_RUNNING)
+    exit_code = IntegerField(null=True)
+
+    class Meta:
+        table_name = "running_instances"
+
+
+# The idle callback closes "instances of this cron with this pid still running". A partial
+# index holds only running rows, so it stays one small page instead of growing with history.
+RunningInstance.add_index(
+    RunningInstance.index(RunningInstance.cron, RunningInstance.pid,
+                          where=(RunningInstance.status == INSTANCE_RUNNING),
+                          name="running_instances_open"))
+
+
+class App(BaseModel):
+    id = AutoField()
+    name = TextField(unique=True)
+    client_id = TextField(unique=True)
+    client_secret_hash = TextField()  # sha256 hex; the plaintext is shown once
+    scopes = TextField()  # comma list
+    created_at = BigIntegerField()
+
+    class Meta:
+        table_name = "apps"
+
+
+class Token(BaseModel):
+    token_hash = TextField(primary_key=True)  # sha256 hex of the bearer token
+    app = ForeignKeyField(App, column_name="app_id", on_delete="CASCADE", index=False)
+    expiration = BigIntegerField()
+
+    class Meta:
+        table_name = "tokens"
+
+
+class ShadowRun(BaseModel):
+    """One Shadow Run with its single Attempt and its events, in one row.
+
+    Keyed by the unique (project_id, idempotency_key) so that admission, replay and state
+    changes touch one B-tree page; on SQLite the table is WITHOUT ROWID for the same reason.
+    """
+    project_id = TextField()
+    idempotency_key = TextField()
+    id = TextField()
+    attempt_id = TextField()
+    request_id = TextField()
+    task_identity = TextField()
+    cron_id = BigIntegerField()
+    task_revision = TextField()
+    origin = TextField()
+    trigger_type = TextField()
+    triggered_by = TextField()
+    execution_owner = TextField()
+    accepted_at = BigIntegerField()
+    state = TextField()
+    pid = BigIntegerField(null=True)
+    log_path = TextField(null=True)
+    started_at = BigIntegerField(null=True)
+    finished_at = BigIntegerField(null=True)
+    exit_code = IntegerField(null=True)
+    events = TextField()  # "kind@at kind@at ...", in order; seq is the position
+    recorded_at = BigIntegerField()
+
+    class Meta:
+        table_name = "shadow_runs"
+        primary_key = CompositeKey("project_id", "idempotency_key")
+
+
+class ShadowFailure(BaseModel):
+    """A refused or failed Shadow admission; bounded to QL3_SHADOW_FAILURE_CAP rows."""
+    id = AutoField()
+    at = BigIntegerField()
+    reason = TextField()
+    request_id = TextField(null=True)
+    cron_id = BigIntegerField(null=True)
+    detail = TextField()
+
+    class Meta:
+        table_name = "shadow_failures"
+
+
+ALL_MODELS = (Cron, RunningInstance, App, Token, ShadowRun, ShadowFailure)

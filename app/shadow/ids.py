@@ -1,0 +1,65 @@
+"""Execution ids (SPEC §3), deterministic Run/Attempt ids and task revisions (SPEC §4)."""
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+
+MAX_SECONDS = 281474976710  # seconds*1000 must fit in 48 bits
+PROJECT_ID = "default"
+
+_EXECUTION_ID = re.compile(
+    r"legacy-system:([1-9][0-9]{0,11}):"
+    r"([0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12})")
+
+
+def parse_execution_id(value: object) -> int | None:
+    """Return the start seconds of a valid execution_id, or None when it is invalid."""
+    if type(value) is not str:
+        return None
+    match = _EXECUTION_ID.fullmatch(value)
+    if match is None:
+        return None
+    seconds = int(match.group(1))
+    return seconds if seconds <= MAX_SECONDS else None
+
+
+def deterministic_id(kind: str, project_id: str, request_id: str, ms: int) -> str:
+    """UUIDv7-shaped id: 48-bit ms, then bits of sha256(kind|project|request|ms)."""
+    h = hashlib.sha256(f"{kind}|{project_id}|{request_id}|{ms}".encode()).digest()
+    raw = (ms.to_bytes(6, "big") + bytes((0x70 | (h[0] & 0x0F), h[1], 0x80 | (h[2] & 0x3F)))
+           + h[3:10]).hex()
+    return f"{raw[:8]}-{raw[8:12]}-{raw[12:16]}-{raw[16:20]}-{raw[20:]}"
+
+
+def run_id(request_id: str, seconds: int, project_id: str = PROJECT_ID) -> str:
+    return deterministic_id("run", project_id, request_id, seconds * 1000)
+
+
+def attempt_id(request_id: str, seconds: int, project_id: str = PROJECT_ID) -> str:
+    return deterministic_id("attempt:1", project_id, request_id, seconds * 1000)
+
+
+def seconds_of_run_id(value: str) -> int | None:
+    """The accepted seconds encoded in a run id's first 48 bits (None if not whole seconds)."""
+    try:
+        ms = int(value[:8] + value[9:13], 16)
+    except ValueError:
+        return None
+    return ms // 1000 if ms % 1000 == 0 else None
+
+
+def task_revision(doc: dict) -> str:
+    """sha256 hex of the cron definition as stored (SPEC §4); one function for every origin."""
+    text = json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def revision_doc(name, command, schedule, extra_schedules=None, task_before=None,
+                 task_after=None, work_dir=None, log_name=None,
+                 allow_multiple_instances=0) -> dict:
+    """The fields a task revision covers, normalised as SPEC §4 says."""
+    return {"name": name, "command": command, "schedule": schedule,
+            "extra_schedules": extra_schedules, "task_before": task_before,
+            "task_after": task_after, "work_dir": work_dir, "log_name": log_name,
+            "allow_multiple_instances": 1 if allow_multiple_instances else 0}

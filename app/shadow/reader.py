@@ -1,0 +1,68 @@
+"""Read side of Shadow: Runs with their Attempt and events, and accept failures (no Flask)."""
+from __future__ import annotations
+
+import re
+
+from ..models import ShadowFailure, ShadowRun
+from .ids import PROJECT_ID, seconds_of_run_id
+
+UUID_TEXT = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+STATES = ("accepted", "spawned", "running", "exited")
+
+
+def to_json(row: dict) -> dict:
+    """The logical Run, Attempt and Events of one stored row."""
+    events = []
+    for seq, item in enumerate(row["events"].split(), 1):
+        kind, _, at = item.partition("@")
+        events.append({"run_id": row["id"], "attempt_id": row["attempt_id"], "seq": seq,
+                       "kind": kind, "at": int(at)})
+    return {
+        "id": row["id"], "project_id": row["project_id"],
+        "idempotency_key": row["idempotency_key"], "request_id": row["request_id"],
+        "task_identity": row["task_identity"], "cron_id": row["cron_id"],
+        "task_revision": row["task_revision"], "origin": row["origin"],
+        "trigger_type": row["trigger_type"], "triggered_by": row["triggered_by"],
+        "execution_owner": row["execution_owner"], "accepted_at": row["accepted_at"],
+        "scheduled_at": row["accepted_at"], "state": row["state"],
+        "exit_code": row["exit_code"], "finished_at": row["finished_at"],
+        "recorded_at": row["recorded_at"],
+        "attempt": {"id": row["attempt_id"], "run_id": row["id"], "number": 1,
+                    "state": row["state"], "pid": row["pid"], "log_path": row["log_path"],
+                    "started_at": row["started_at"], "exited_at": row["finished_at"],
+                    "exit_code": row["exit_code"]},
+        "events": events,
+    }
+
+
+def list_runs(cron_id: int | None, state: str | None, limit: int, before: str | None) -> list:
+    """Runs newest first by run id (which orders by accepted_at); before= pages on."""
+    query = ShadowRun.select()
+    if cron_id is not None:
+        query = query.where(ShadowRun.cron_id == cron_id)
+    if state is not None:
+        query = query.where(ShadowRun.state == state)
+    if before is not None:
+        query = query.where(ShadowRun.id < before)
+    return [to_json(r) for r in query.order_by(ShadowRun.id.desc()).limit(limit).dicts()]
+
+
+def get_run(run_id: str) -> dict | None:
+    query = ShadowRun.select().where(ShadowRun.id == run_id)
+    seconds = seconds_of_run_id(run_id)
+    if seconds is not None:
+        # No index on id (it would cost a page per Run): the id's first 48 bits hold the
+        # accepted seconds, which also lead the key, so a primary-key range finds it.
+        prefix = f"legacy-system:{seconds}:"
+        query = query.where(ShadowRun.project_id == PROJECT_ID,
+                            ShadowRun.idempotency_key >= prefix,
+                            ShadowRun.idempotency_key < prefix[:-1] + ";")
+    row = query.dicts().get_or_none()
+    return to_json(row) if row else None
+
+
+def list_failures(limit: int, before: int | None) -> list:
+    query = ShadowFailure.select().order_by(ShadowFailure.id.desc()).limit(limit)
+    if before is not None:
+        query = query.where(ShadowFailure.id < before)
+    return [dict(r) for r in query.dicts()]

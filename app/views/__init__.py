@@ -1,0 +1,70 @@
+"""HTTP layer: request hooks (path case, auth, connection) and the blueprints."""
+from __future__ import annotations
+
+import time
+
+from flask import request
+
+from .. import db
+from ..auth import scopes_for_digest, sha256_hex
+from ..errors import ApiError
+
+# Paths under /open/ that need no token.
+PUBLIC = frozenset({"/open/auth/token"})
+_TOKEN_CACHE_MAX = 256
+
+
+def init_app(app) -> None:
+    from . import auth, callback, crons, health, runs
+    for module in (callback, crons, runs, auth, health):
+        app.register_blueprint(module.bp)
+
+    # token hash -> (scopes, expiration): tokens are never changed, only issued or expire,
+    # so a valid one needs no query on later callbacks.
+    token_cache: dict = {}
+
+    @app.before_request
+    def _guard():
+        path = request.path
+        if path[:6].lower() == "/open/" and path != path.lower():
+            raise ApiError(400, "Paths are case-sensitive; use the lowercase path.")
+        if request.routing_exception is not None or path == "/health":
+            return  # 404/405 need no database; /health reports on it itself
+        db.ensure_connection()
+        if path.startswith("/open/") and path not in PUBLIC:
+            _authorize(path.split("/", 3)[2], token_cache)
+
+
+def _authorize(scope: str, cache: dict) -> None:
+    header = request.headers.get("Authorization", "")
+    kind, _, token = header.partition(" ")
+    if kind.lower() != "bearer" or not token.strip():
+        raise ApiError(401, "A valid bearer token is required (Authorization: Bearer <token>).")
+    # Keyed and looked up by the token's hash: the plaintext is never compared or stored.
+    digest = sha256_hex(token.strip())
+    now = int(time.time())
+    known = cache.get(digest)
+    if known is None or known[1] <= now:
+        known = scopes_for_digest(digest, now)
+        if known is None:
+            cache.pop(digest, None)
+            raise ApiError(401, "The token is unknown or has expired.")
+        if len(cache) >= _TOKEN_CACHE_MAX:
+            cache.clear()
+        cache[digest] = known
+    if scope not in known[0]:
+        raise ApiError(403, f"The token's app does not have the '{scope}' scope.")
+
+
+def query_int(name: str, default: int | None, lo: int, hi: int) -> int | None:
+    """An integer query parameter within [lo, hi], or 400 naming it."""
+    raw = request.args.get(name)
+    if raw is None or raw == "":
+        return default
+    if not raw.isascii() or not raw.isdigit() or not lo <= int(raw) <= hi:
+        raise ApiError(400, f"'{name}' must be an integer between {lo} and {hi}.")
+    return int(raw)
+
+
+def ok(data=None):
+    return {"code": 200} if data is None else {"code": 200, "data": data}

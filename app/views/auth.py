@@ -1,0 +1,27 @@
+"""GET /open/auth/token: client credentials -> 30-day bearer token."""
+from __future__ import annotations
+
+import time
+
+from flask import Blueprint, request
+
+from ..auth import app_for_credentials, issue_token
+from ..db import write_transaction
+from ..errors import ApiError
+from . import ok
+
+bp = Blueprint("auth", __name__)
+
+
+@bp.route("/open/auth/token", methods=["GET"])
+def token():
+    client_id = request.args.get("client_id", "")
+    client_secret = request.args.get("client_secret", "")
+    if not client_id or not client_secret:
+        raise ApiError(400, "'client_id' and 'client_secret' are required.")
+    with write_transaction():
+        app = app_for_credentials(client_id, client_secret)
+        if app is None:
+            raise ApiError(401, "The client id or client secret is wrong.")
+        value, expiration = issue_token(app.id, int(time.time()))
+    return ok({"token": value, "token_type": "Bearer", "expiration": expiration})

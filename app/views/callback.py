@@ -1,0 +1,31 @@
+"""The status callback that crond jobs send: the whole hot path of the service.
+
+Validate the body, then one transaction: Legacy rules 1-5, and the Shadow writer when
+Shadow is on and the callback carries an execution_id. The answer is the same bytes
+whatever Shadow did.
+"""
+from __future__ import annotations
+
+import time
+
+from flask import Blueprint, Response, current_app, request
+
+from ..db import write_transaction
+from ..legacy import NOT_GIVEN, apply_status_callback, decode_json, parse_status_callback
+
+bp = Blueprint("callback", __name__)
+OK_BODY = b'{"code":200}\n'
+
+
+@bp.route("/open/crons/status", methods=["PUT", "POST"])
+def status():
+    settings = current_app.extensions["qlshadow"]
+    cb = parse_status_callback(decode_json(request.get_data(cache=False)))
+    now = int(time.time())
+    shadow = settings.shadow_on and cb.execution_id is not NOT_GIVEN
+    with write_transaction():
+        crons = apply_status_callback(cb, now)
+        if shadow:
+            from ..shadow.writer import observe
+            observe(cb, crons, now, settings.failure_cap)
+    return Response(OK_BODY, status=200, mimetype="application/json")

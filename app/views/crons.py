@@ -1,0 +1,92 @@
+"""Cron endpoints of 2.x: list, show, create, update, delete, enable, disable, run, instances."""
+from __future__ import annotations
+
+from flask import Blueprint, current_app, request
+
+from .. import crons
+from ..db import write_transaction
+from ..legacy import decode_json
+from . import ok, query_int
+
+bp = Blueprint("crons", __name__)
+
+
+def _body():
+    return decode_json(request.get_data(cache=False))
+
+
+def _changed():
+    """Every cron change re-renders (and in system mode installs) the crontab."""
+    from ..crontab import sync
+    sync(current_app.extensions["qlshadow"])
+
+
+@bp.route("/open/crons", methods=["GET"])
+def listing():
+    page = query_int("page", 1, 1, 10**9)
+    size = query_int("size", 20, 1, 500)
+    return ok(crons.listing(page, size))
+
+
+@bp.route("/open/crons/<int:cron_id>", methods=["GET"])
+def show(cron_id: int):
+    return ok(crons.get(cron_id))
+
+
+@bp.route("/open/crons/<int:cron_id>/instances", methods=["GET"])
+def instances(cron_id: int):
+    return ok(crons.instances(cron_id, query_int("limit", 50, 1, 500)))
+
+
+@bp.route("/open/crons", methods=["POST"])
+def create():
+    body = _body()
+    with write_transaction():
+        cron = crons.create(body)
+    _changed()
+    return ok(cron)
+
+
+@bp.route("/open/crons", methods=["PUT"])
+def update():
+    body = _body()
+    with write_transaction():
+        cron = crons.update(body)
+    _changed()
+    return ok(cron)
+
+
+@bp.route("/open/crons", methods=["DELETE"])
+def delete():
+    ids = crons.cron_ids(_body())
+    with write_transaction():
+        crons.delete(ids)
+    _changed()
+    return ok()
+
+
+@bp.route("/open/crons/disable", methods=["PUT"])
+def disable():
+    ids = crons.cron_ids(_body())
+    with write_transaction():
+        crons.set_disabled(ids, True)
+    _changed()
+    return ok()
+
+
+@bp.route("/open/crons/enable", methods=["PUT"])
+def enable():
+    ids = crons.cron_ids(_body())
+    with write_transaction():
+        crons.set_disabled(ids, False)
+    _changed()
+    return ok()
+
+
+@bp.route("/open/crons/run", methods=["PUT"])
+def run():
+    ids = crons.cron_ids(_body())
+    from ..runner import start_manual
+    with write_transaction():
+        started = start_manual(current_app.extensions["qlshadow"], ids)
+    return ok(started)

@@ -1,0 +1,237 @@
+"""Shared fixtures: a real SQLite file and a real, uniquely named PostgreSQL database.
+
+Every database test runs on both backends via the `backend` parameter. PostgreSQL tests
+skip with a reason when the server is unreachable, except when QL_REQUIRE_POSTGRES=1 (set
+by .ci/run), where they fail.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+
+from app import config, create_app, db
+
+PG_ADMIN_DSN = os.environ.get("QL_TEST_PG_ADMIN", "host=127.0.0.1 port=5432 user=postgres dbname=postgres")
+PG_URL_BASE = os.environ.get("QL_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/")
+REQUIRE_PG = os.environ.get("QL_REQUIRE_POSTGRES") == "1"
+
+BACKENDS = ["sqlite", "postgres"]
+
+
+def _pg_admin():
+    import psycopg2
+    conn = psycopg2.connect(PG_ADMIN_DSN, connect_timeout=3)
+    conn.autocommit = True
+    return conn
+
+
+def _pg_reachable() -> str | None:
+    try:
+        _pg_admin().close()
+        return None
+    except Exception as exc:  # driver missing or server down
+        return f"PostgreSQL unreachable ({PG_ADMIN_DSN}): {str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__}"
+
+
+def create_pg_database() -> tuple:
+    """Create a uniquely named database; returns (url, name)."""
+    problem = _pg_reachable()
+    if problem:
+        if REQUIRE_PG:
+            pytest.fail(problem + " — QL_REQUIRE_POSTGRES=1 makes this a failure")
+        pytest.skip(problem)
+    name = f"qlshadow_test_{uuid.uuid4().hex[:12]}"
+    conn = _pg_admin()
+    with conn.cursor() as cur:
+        cur.execute(f'CREATE DATABASE "{name}"')
+    conn.close()
+    return PG_URL_BASE + name, name
+
+
+def drop_pg_database(name: str) -> None:
+    conn = _pg_admin()
+    with conn.cursor() as cur:
+        cur.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    conn.close()
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request) -> str:
+    return request.param
+
+
+@pytest.fixture
+def db_url(backend, tmp_path):
+    """A fresh, empty database URL on the current backend; dropped afterwards."""
+    if backend == "sqlite":
+        yield f"sqlite:///{tmp_path}/qlshadow.db"
+        return
+    url, name = create_pg_database()
+    yield url
+    drop_pg_database(name)
+
+
+@pytest.fixture
+def make_settings(tmp_path, db_url):
+    """Settings from an environment dict, on the current backend and a temp data dir."""
+    def make(**env):
+        base = {"QL_DATA_DIR": str(tmp_path / "data"), "QL_DB_URL": db_url,
+                "QL_SCHEDULER": "node", "QL_CRONTAB_INSTALL": ""}
+        base.update({k: str(v) for k, v in env.items()})
+        return config.load(environ=base)
+    return make
+
+
+@pytest.fixture
+def shadow_env() -> dict:
+    """Extra environment for the app fixture; tests override via indirect parametrize."""
+    return {}
+
+
+@pytest.fixture
+def app(make_settings, shadow_env):
+    application = create_app(make_settings(**shadow_env))
+    yield application
+    db.discard_connection()
+
+
+@pytest.fixture
+def client(app):
+    return app.test_client()
+
+
+@pytest.fixture
+def token(app) -> str:
+    """A valid system token (via the same code path as `qlshadow token system`)."""
+    from app.auth import system_token
+    settings = app.extensions["qlshadow"]
+    with db.database.connection_context(), db.write_transaction():
+        return system_token(settings.token_file)["value"]
+
+
+@pytest.fixture
+def auth(token) -> dict:
+    return {"Authorization": f"Bearer {token}"}
+
+
+@pytest.fixture
+def make_cron(client, auth):
+    """Create a cron through the API; returns its JSON."""
+    def make(name="backup", command="task backup.sh", schedule="*/5 * * * *", **extra):
+        body = {"name": name, "command": command, "schedule": schedule, **extra}
+        response = client.post("/open/crons", json=body, headers=auth)
+        assert response.status_code == 200, response.get_json()
+        return response.get_json()["data"]
+    return make
+
+
+# --- real servers -------------------------------------------------------------------------
+
+STARTUP = re.compile(rb"qlshadow serving http://[^:]+:(\d+) ")
+
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def run_cli(env: dict, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    """Run `qlshadow ARGS` in a child process with exactly the QL_* settings in env."""
+    full = {k: v for k, v in os.environ.items() if not k.startswith(("QL_", "QL3_"))}
+    full.update(env)
+    result = subprocess.run([sys.executable, "-m", "app.cli", *args], env=full, cwd=ROOT,
+                            capture_output=True, text=True, timeout=60)
+    if check and result.returncode != 0:
+        raise AssertionError(f"qlshadow {' '.join(args)} failed: {result.stderr}")
+    return result
+
+
+class LiveServer:
+    """`qlshadow serve` in its own process on a free loopback port; stopped by its PID.
+
+    Before starting, `qlshadow token system` creates the schema and a token (self.token).
+    """
+
+    def __init__(self, env: dict):
+        full = {k: v for k, v in os.environ.items() if not k.startswith(("QL_", "QL3_"))}
+        full.update({"QL_HOST": "127.0.0.1", "QL_PORT": "0"}, **env)
+        run_cli(full, "token", "system")
+        with open(os.path.join(full["QL_DATA_DIR"], "token.json")) as fh:
+            self.token = json.load(fh)["value"]
+        self.headers = {"Authorization": f"Bearer {self.token}"}
+        # Output goes to a file, not a pipe: a pipe nobody drains would block the server.
+        self.log_path = os.path.join(full["QL_DATA_DIR"], f"server-{uuid.uuid4().hex[:8]}.log")
+        self._log = open(self.log_path, "wb")
+        self.process = subprocess.Popen([sys.executable, "-m", "app.cli", "serve"], env=full,
+                                        stdout=self._log, stderr=subprocess.STDOUT, cwd=ROOT)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            with open(self.log_path, "rb") as fh:
+                match = STARTUP.search(fh.read())
+            if match:
+                self.port = int(match.group(1))
+                self.url = f"http://127.0.0.1:{self.port}"
+                return
+            if self.process.poll() is not None:
+                break
+            time.sleep(0.05)
+        self.stop()
+        raise RuntimeError(f"server did not start: {self.output()}")
+
+    def output(self) -> str:
+        with open(self.log_path, "rb") as fh:
+            return fh.read().decode("utf-8", "replace")
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(10)
+        self._log.close()
+
+
+@pytest.fixture
+def live_server(make_settings, tmp_path):
+    """Start servers sharing this test's database; all are stopped at teardown."""
+    servers = []
+
+    def start(**env):
+        settings = make_settings(**env)
+        base = {"QL_DATA_DIR": settings.data_dir, "QL_DB_URL": settings.db_url,
+                "QL_SCHEDULER": settings.scheduler, "QL_CRONTAB_INSTALL": "",
+                "QL_CRONTAB_FILE": settings.crontab_file}
+        base.update({k: str(v) for k, v in env.items()})
+        server = LiveServer(base)
+        servers.append(server)
+        return server
+
+    yield start
+    for server in servers:
+        server.stop()
+
+
+def http(method: str, url: str, body=None, headers=None, timeout=30):
+    """A plain urllib request; returns (status, parsed JSON or raw bytes)."""
+    import urllib.error
+    import urllib.request
+    data = None if body is None else (body if isinstance(body, bytes) else json.dumps(body).encode())
+    request = urllib.request.Request(url, data=data, method=method, headers=headers or {})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            raw = response.read()
+            status = response.status
+    except urllib.error.HTTPError as exc:
+        raw, status = exc.read(), exc.code
+    try:
+        return status, json.loads(raw)
+    except ValueError:
+        return status, raw
