@@ -85,10 +85,10 @@ def parse_status_callback(body) -> StatusCallback:
     pid = body.get("pid")
     if pid is None or pid in ("", "''"):
         pid = NOT_GIVEN
-    else:
-        pid = _id(pid) if pid != 0 else 0
-        if pid is None:
-            raise ApiError(400, "'pid' must be a non-negative integer, a digit string, '' or null.")
+    elif type(pid) is str and pid.isascii() and pid.isdigit() and len(pid) <= 18:
+        pid = int(pid)
+    elif not (_is_int(pid) and 0 <= pid <= INT64_MAX):
+        raise ApiError(400, "'pid' must be a non-negative integer, a digit string, '' or null.")
     log_path = body.get("log_path")
     if log_path is None or log_path == "":
         log_path = NOT_GIVEN
