@@ -6,7 +6,8 @@ on a router. Indexes carry a comment naming the query that needs them.
 from __future__ import annotations
 
 from peewee import (AutoField, BigIntegerField, CompositeKey, DatabaseProxy, ForeignKeyField,
-                    IntegerField, Model, SmallIntegerField, TextField)
+                    IntegerField, Model, NodeList, SmallIntegerField, SQL, SqliteDatabase,
+                    TextField)
 
 database = DatabaseProxy()
 
@@ -16,14 +17,42 @@ CRON_RUNNING, CRON_IDLE, CRON_DISABLED, CRON_QUEUED = 0, 1, 2, 3
 INSTANCE_RUNNING, INSTANCE_FINISHED, INSTANCE_STOPPED, INSTANCE_ERROR = 0, 1, 2, 3
 
 
+def storable(text: str) -> bool:
+    """True when both databases can store the text as given.
+
+    JSON may carry "\\u0000" (PostgreSQL text refuses NUL) and lone surrogates such as
+    "\\ud800" (not encodable as UTF-8): either would fail the write with a driver error.
+    """
+    if "\x00" in text:
+        return False
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 class BaseModel(Model):
     class Meta:
         database = database
         legacy_table_names = False
 
 
+class NeverReusedAutoField(AutoField):
+    """An id never handed out twice. SQLite reuses the largest deleted rowid unless the key
+    is AUTOINCREMENT, and Runs and task identities name crons by id for good."""
+
+    def ddl(self, ctx):
+        node = super().ddl(ctx)
+        if isinstance(database.obj, SqliteDatabase):
+            node = NodeList((node, SQL("AUTOINCREMENT")))
+        return node
+
+
 class Cron(BaseModel):
-    id = AutoField()
+    id = NeverReusedAutoField()
     name = TextField()
     command = TextField()
     schedule = TextField()

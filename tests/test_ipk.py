@@ -1,0 +1,386 @@
+"""The OpenWrt package (SPEC §7): scripts/build-ipk.sh builds an ipkg-build style .ipk that
+unpacks with plain tar and gzip, and the unpacked tree runs on a Python that has nothing
+but Flask, using the bundled peewee and waitress."""
+from __future__ import annotations
+
+import glob
+import gzip
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from app import __version__, config
+from conftest import ROOT, http
+
+BUILD = os.path.join(ROOT, "scripts", "build-ipk.sh")
+SHELLS = [["busybox", "sh"], ["dash"], ["bash"]]
+
+
+def build(out_dir) -> str:
+    """Run build-ipk.sh into out_dir with this test's Python; returns the package path."""
+    env = {k: v for k, v in os.environ.items() if k != "SOURCE_DATE_EPOCH"}
+    env["PYTHON"] = sys.executable
+    result = subprocess.run(["sh", BUILD, str(out_dir)], env=env, capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    path = result.stdout.strip().splitlines()[-1]
+    assert os.path.basename(path) == f"qlshadow_{__version__}_all.ipk"
+    return path
+
+
+def untar(archive: str, into) -> None:
+    """Unpack with the tar command, keeping modes, as opkg would on the router."""
+    os.makedirs(into, exist_ok=True)
+    subprocess.run(["tar", "-xpzf", archive, "-C", str(into)], check=True)
+
+
+def listing(archive: str) -> list:
+    """`tar -tv` lines of a .tar.gz, numeric owners, UTC: (mode, owner, "date time", name)."""
+    out = subprocess.run(["tar", "--numeric-owner", "-tvzf", archive], check=True,
+                         capture_output=True, text=True, env={**os.environ, "TZ": "UTC"}).stdout
+    rows = []
+    for line in out.splitlines():
+        mode_, owner, _size, date, clock, name = line.split(None, 5)
+        rows.append((mode_, owner, f"{date} {clock}", name))
+    return rows
+
+
+def names(archive: str) -> list:
+    return [row[3] for row in listing(archive)]
+
+
+def mode(path) -> int:
+    return os.stat(path).st_mode & 0o7777
+
+
+@pytest.fixture(scope="module")
+def ipk(tmp_path_factory) -> dict:
+    """The package built once for this module, unpacked into outer/, control/ and root/."""
+    base = tmp_path_factory.mktemp("ipk")
+    shells_at_build = sorted(os.path.basename(p) for p in glob.glob(os.path.join(ROOT, "shell", "*.sh")))
+    path = build(base / "dist")
+    untar(path, base / "outer")
+    untar(str(base / "outer" / "control.tar.gz"), base / "control")
+    untar(str(base / "outer" / "data.tar.gz"), base / "root")
+    return {"path": path, "outer": base / "outer", "control": base / "control",
+            "root": base / "root", "shells": shells_at_build}
+
+
+def control_fields(ipk) -> dict:
+    fields, last = {}, None
+    for line in (ipk["control"] / "control").read_text().splitlines():
+        if line.startswith(" ") and last:
+            fields[last] += "\n" + line.strip()
+        else:
+            last, _, value = line.partition(":")
+            fields[last] = value.strip()
+    return fields
+
+
+# --- layout --------------------------------------------------------------------------------
+
+def test_the_package_is_a_gzipped_tar_of_debian_binary_data_and_control(ipk):
+    assert names(ipk["path"]) == ["./debian-binary", "./data.tar.gz", "./control.tar.gz"]
+    assert (ipk["outer"] / "debian-binary").read_bytes() == b"2.0\n"
+
+
+def test_busybox_tar_unpacks_the_package(ipk, tmp_path):
+    subprocess.run(["busybox", "tar", "-xzf", ipk["path"], "-C", str(tmp_path)], check=True)
+    subprocess.run(["busybox", "tar", "-xzf", str(tmp_path / "data.tar.gz"), "-C", str(tmp_path)],
+                   check=True)
+
+    assert (tmp_path / "usr" / "lib" / "qlshadow" / "app" / "cli.py").is_file()
+
+
+def test_the_control_fields_name_the_package_version_and_dependencies(ipk):
+    fields = control_fields(ipk)
+
+    assert fields["Package"] == "qlshadow"
+    assert fields["Version"] == __version__
+    assert fields["Architecture"] == "all"
+    depends = [d.strip() for d in fields["Depends"].split(",")]
+    assert {"python3-light", "python3-flask", "python3-sqlite3"} <= set(depends)
+    # Peewee and waitress have no OpenWrt package: they must be bundled, not depended on.
+    assert not [d for d in depends if "peewee" in d or "waitress" in d]
+    assert fields["Maintainer"] and fields["Section"] and fields["Description"]
+
+
+def test_installed_size_is_the_byte_size_of_the_unpacked_data_as_ipkg_build_counts_it(ipk):
+    with gzip.open(ipk["outer"] / "data.tar.gz", "rb") as fh:
+        size = len(fh.read())
+
+    assert control_fields(ipk)["Installed-Size"] == str(size)
+
+
+def test_conffiles_lists_both_config_files_and_they_are_in_the_package(ipk):
+    conffiles = (ipk["control"] / "conffiles").read_text().splitlines()
+
+    assert conffiles == ["/etc/config/qlshadow", "/etc/qlshadow/qlshadow.conf"]
+    for path in conffiles:
+        assert (ipk["root"] / path.lstrip("/")).is_file()
+
+
+def test_the_control_archive_holds_control_conffiles_and_maintainer_scripts(ipk):
+    members = sorted(names(str(ipk["outer"] / "control.tar.gz")))
+
+    assert members == ["./", "./conffiles", "./control", "./postinst", "./prerm"]
+    assert mode(ipk["control"] / "postinst") == 0o755
+    assert mode(ipk["control"] / "prerm") == 0o755
+    assert mode(ipk["control"] / "control") == 0o644
+
+
+def source_date() -> str:
+    """The build's default SOURCE_DATE_EPOCH (last commit, else 1980-01-01) as tar -tv shows it."""
+    result = subprocess.run(["git", "-C", ROOT, "log", "-1", "--format=%ct"], capture_output=True,
+                            text=True)
+    epoch = int(result.stdout.strip()) if result.returncode == 0 and result.stdout.strip() else 315532800
+    return time.strftime("%Y-%m-%d %H:%M", time.gmtime(epoch))
+
+
+def test_every_member_is_owned_by_root_and_dated_from_the_last_commit(ipk):
+    for archive in (ipk["path"], str(ipk["outer"] / "control.tar.gz"),
+                    str(ipk["outer"] / "data.tar.gz")):
+        rows = listing(archive)
+        assert {owner for _, owner, _, _ in rows} == {"0/0"}, archive
+        assert {stamp for _, _, stamp, _ in rows} == {source_date()}, archive
+
+
+def test_data_holds_the_app_the_shell_scripts_and_the_bundled_libraries(ipk):
+    lib = ipk["root"] / "usr" / "lib" / "qlshadow"
+    app_sources = sorted(os.path.relpath(p, ROOT) for p in
+                         glob.glob(os.path.join(ROOT, "app", "**", "*.py"), recursive=True))
+
+    packaged = sorted(str(p.relative_to(lib)) for p in (lib / "app").rglob("*.py"))
+    assert packaged == app_sources
+    assert sorted(p.name for p in (lib / "shell").glob("*.sh")) == ipk["shells"]
+    assert (lib / "vendor" / "peewee.py").is_file()
+    assert (lib / "vendor" / "waitress" / "server.py").is_file()
+    assert (lib / "vendor" / "LICENSE.peewee").is_file()
+    assert (lib / "vendor" / "LICENSE.waitress").is_file()
+
+
+def test_data_has_no_bytecode_caches(ipk):
+    members = names(str(ipk["outer"] / "data.tar.gz"))
+
+    assert not [n for n in members if "__pycache__" in n or n.endswith((".pyc", ".pyo"))]
+
+
+def test_scripts_are_executable_and_config_files_are_not(ipk):
+    root = ipk["root"]
+
+    assert mode(root / "usr" / "bin" / "qlshadow") == 0o755
+    assert mode(root / "etc" / "init.d" / "qlshadow") == 0o755
+    assert mode(root / "usr" / "lib" / "qlshadow" / "smoke.sh") == 0o755
+    for script in (root / "usr" / "lib" / "qlshadow" / "shell").glob("*.sh"):
+        assert mode(script) == 0o755, script
+    assert mode(root / "etc" / "config" / "qlshadow") == 0o644
+    # May hold a database password.
+    assert mode(root / "etc" / "qlshadow" / "qlshadow.conf") == 0o600
+    assert mode(root / "usr" / "lib" / "qlshadow" / "app" / "cli.py") == 0o644
+
+
+def test_every_directory_is_0755_including_the_root_entry(ipk):
+    # A 0700 "./" entry would change the mode of / on the router.
+    dirs = [(m, name) for m, _, _, name in listing(str(ipk["outer"] / "data.tar.gz"))
+            if m.startswith("d")]
+
+    assert ("drwxr-xr-x", "./") in dirs
+    assert {m for m, _ in dirs} == {"drwxr-xr-x"}
+
+
+@pytest.mark.parametrize("shell", SHELLS, ids=lambda s: s[0])
+@pytest.mark.parametrize("script", ["control/postinst", "control/prerm",
+                                    "root/etc/init.d/qlshadow", "root/usr/bin/qlshadow",
+                                    "root/usr/lib/qlshadow/smoke.sh"])
+def test_maintainer_and_init_scripts_parse_under_every_shell(ipk, shell, script):
+    where, _, rel = script.partition("/")
+    result = subprocess.run([*shell, "-n", str(ipk[where] / rel)], capture_output=True, text=True)
+
+    assert result.returncode == 0, result.stderr
+
+
+def test_the_init_script_is_the_procd_one(ipk):
+    text = (ipk["root"] / "etc" / "init.d" / "qlshadow").read_text()
+
+    assert text.startswith("#!/bin/sh /etc/rc.common\n")
+    assert "USE_PROCD=1" in text
+
+
+def test_the_packaged_config_keeps_data_on_persistent_flash(ipk):
+    conf = ipk["root"] / "etc" / "qlshadow" / "qlshadow.conf"
+
+    settings = config.load(environ={}, config_file=str(conf))
+
+    assert settings.data_dir == "/srv/qlshadow"
+    assert settings.db_url == "sqlite:////srv/qlshadow/qlshadow.db"
+
+
+def test_the_default_config_names_every_setting_and_loads():
+    path = os.path.join(ROOT, "conf", "qlshadow.conf")
+    with open(path, encoding="utf-8") as fh:
+        text = fh.read()
+
+    missing = [key for key in sorted(config.FILE_KEYS)
+               if not re.search(rf"^#?{key}=", text, re.MULTILINE)]
+    assert missing == []
+    assert config.load(environ={}, config_file=path).data_dir == "/var/lib/qlshadow"
+
+
+def test_building_twice_gives_identical_bytes(ipk, tmp_path):
+    again = build(tmp_path / "again")
+
+    with open(ipk["path"], "rb") as first, open(again, "rb") as second:
+        assert first.read() == second.read()
+
+
+# --- the unpacked tree, run on a Python with only Flask --------------------------------------
+
+@pytest.fixture(scope="session")
+def flask_only_python(tmp_path_factory) -> str:
+    """A throwaway venv with Flask and its dependencies only (no peewee, no waitress)."""
+    venv = tmp_path_factory.mktemp("flask-only") / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = str(venv / "bin" / "python")
+    result = subprocess.run([sys.executable, "-m", "pip", "--python", python, "install", "-q",
+                             "--disable-pip-version-check", "flask"],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    for module in ("peewee", "waitress"):
+        probe = subprocess.run([python, "-c", f"import {module}"], capture_output=True)
+        assert probe.returncode != 0, f"{module} must not be installed in the Flask-only venv"
+    return python
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class PackagedServer:
+    """`/usr/bin/qlshadow serve` of the unpacked package, with its own config, on a free port."""
+
+    def __init__(self, root, python: str, data_dir, extra_env: dict):
+        self.root = root
+        self.bin = str(root / "usr" / "bin" / "qlshadow")
+        self.conf = str(root / "etc" / "qlshadow" / "qlshadow.conf")
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.env = {k: v for k, v in os.environ.items()
+                    if not k.startswith(("QL_", "QL3_", "PYTHON"))}
+        self.env.update({"PATH": f"{os.path.dirname(python)}:/usr/bin:/bin",
+                         "QL_DATA_DIR": str(data_dir), "QL_HOST": "127.0.0.1",
+                         "QL_PORT": str(self.port), "QL_SCHEDULER": "node",
+                         "QL_CRONTAB_INSTALL": ""}, **extra_env)
+        self.log = data_dir.parent / f"serve-{self.port}.log"
+        self.process = None
+
+    def cli(self, *args) -> subprocess.CompletedProcess:
+        return subprocess.run([self.bin, "--config", self.conf, *args], env=self.env,
+                              cwd=str(self.root), capture_output=True, text=True, timeout=60)
+
+    def token(self) -> str:
+        result = self.cli("token", "system")
+        assert result.returncode == 0, result.stderr
+        with open(result.stdout.strip()) as fh:
+            return json.load(fh)["value"]
+
+    def start(self) -> None:
+        with open(self.log, "wb") as out:
+            self.process = subprocess.Popen([self.bin, "--config", self.conf, "serve"],
+                                            env=self.env, cwd=str(self.root), stdout=out,
+                                            stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if b"qlshadow serving" in self.log.read_bytes():
+                return
+            if self.process.poll() is not None:
+                break
+            time.sleep(0.05)
+        self.stop()
+        raise AssertionError(f"packaged server did not start: {self.log.read_text()}")
+
+    def stop(self, sig=signal.SIGTERM) -> None:
+        if self.process and self.process.poll() is None:
+            self.process.send_signal(sig)
+            try:
+                self.process.wait(15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(10)
+
+
+@pytest.fixture
+def packaged(ipk, flask_only_python, tmp_path):
+    """Start servers from the unpacked package; stopped by PID at teardown."""
+    servers = []
+
+    def start(**env) -> PackagedServer:
+        server = PackagedServer(ipk["root"], flask_only_python,
+                                tmp_path / f"data-{len(servers)}", env)
+        servers.append(server)
+        return server
+
+    yield start
+    for server in servers:
+        server.stop()
+
+
+PROBE = """\
+import atexit, os, sys
+
+def _report():
+    with open(os.environ["PROBE_OUT"], "w") as fh:
+        for name in ("app", "peewee", "waitress", "flask"):
+            module = sys.modules.get(name)
+            fh.write(f"{name} {getattr(module, '__file__', None)}\\n")
+
+atexit.register(_report)
+"""
+
+
+def test_the_installed_service_runs_on_the_bundled_peewee_and_waitress(packaged, tmp_path):
+    probe_dir = tmp_path / "probe"
+    probe_dir.mkdir()
+    (probe_dir / "sitecustomize.py").write_text(PROBE)
+    server = packaged()
+    server.env.update(PYTHONPATH=str(probe_dir), PROBE_OUT=str(tmp_path / "modules"))
+    server.start()
+
+    status, body = http("GET", server.url + "/health")
+    # SIGINT ends serve normally, so the probe's exit hook writes what was imported.
+    server.stop(signal.SIGINT)
+
+    assert status == 200 and body["data"]["db"] == "ok"
+    modules = dict(line.split(" ", 1) for line in (tmp_path / "modules").read_text().splitlines())
+    lib = str(server.root / "usr" / "lib" / "qlshadow")
+    assert modules["peewee"].startswith(lib + "/vendor/")
+    assert modules["waitress"].startswith(lib + "/vendor/waitress/")
+    assert modules["app"].startswith(lib + "/app/")
+    assert not modules["flask"].startswith(lib)
+
+
+@pytest.mark.parametrize("shadow", ["on", "off"])
+def test_the_smoke_check_passes_against_the_installed_service(packaged, shadow):
+    server = packaged(QL3_SHADOW_ORIGINS="scheduled_system" if shadow == "on" else "")
+    token = server.token()
+    server.start()
+    smoke = str(server.root / "usr" / "lib" / "qlshadow" / "smoke.sh")
+
+    result = subprocess.run(["busybox", "sh", smoke, server.url, token], capture_output=True,
+                            text=True, timeout=120)
+
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = result.stdout.splitlines()
+    assert not [line for line in lines if line.startswith("FAIL")]
+    if shadow == "on":
+        assert [line for line in lines if line.startswith("ok - Shadow Run for legacy-system:")]
+    else:
+        assert [line for line in lines if line.startswith("skip - Shadow Run check skipped")]
