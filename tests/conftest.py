@@ -235,3 +235,94 @@ def http(method: str, url: str, body=None, headers=None, timeout=30):
         return status, json.loads(raw)
     except ValueError:
         return status, raw
+
+
+# --- request bodies and row inspection ----------------------------------------------------
+
+FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures")
+
+
+def fixture_body(name: str, **changes) -> dict:
+    """The JSON body in tests/fixtures/NAME.json with top-level keys replaced by changes."""
+    with open(os.path.join(FIXTURES, name + ".json"), encoding="utf-8") as fh:
+        body = json.load(fh)
+    body.update(changes)
+    return body
+
+
+def table_rows(model, order_by=None) -> list:
+    """Every row of a model as dicts, ordered by id (or order_by), read from the database."""
+    with db.database.connection_context():
+        query = model.select().order_by(order_by if order_by is not None else model._meta.primary_key)
+        return list(query.dicts())
+
+
+def cli_env(settings) -> dict:
+    """The QL_* environment that makes `qlshadow` use the same database and data dir."""
+    return {"QL_DATA_DIR": settings.data_dir, "QL_DB_URL": settings.db_url,
+            "QL_SCHEDULER": settings.scheduler, "QL_CRONTAB_INSTALL": "",
+            "QL_CRONTAB_FILE": settings.crontab_file}
+
+
+# --- Shadow: the same requests on a Shadow-off twin -----------------------------------------
+
+SHADOW_ON = {"QL3_SHADOW_ORIGINS": "scheduled_system"}
+STATUS_PATH = "/open/crons/status"
+
+
+def play(client, headers: dict, steps) -> list:
+    """Send (method, path, body) steps; returns the raw bytes of each status callback answer."""
+    answers = []
+    for method, path, body in steps:
+        response = client.open(path, method=method, json=body, headers=headers)
+        assert response.status_code == 200, response.data
+        if path == STATUS_PATH:
+            answers.append(response.data)
+    return answers
+
+
+def legacy_rows() -> dict:
+    """Crons and RunningInstances, without the columns that only hold the server's clock."""
+    from app.models import Cron, RunningInstance
+    db.ensure_connection()
+    crons = [{k: v for k, v in row.items() if k not in ("created_at", "updated_at")}
+             for row in Cron.select().order_by(Cron.id).dicts()]
+    instances = [dict(row, finished_at=row["finished_at"] is not None)
+                 for row in RunningInstance.select().order_by(RunningInstance.id).dicts()]
+    return {"crons": crons, "instances": instances}
+
+
+@pytest.fixture
+def legacy_twin(app, backend, tmp_path):
+    """twin(steps) plays steps on a Shadow-off app over a second fresh database.
+
+    Returns (callback answers, legacy_rows()); the test's own database is bound again after.
+    """
+    from app.auth import system_token
+    dropped = []
+
+    def twin(steps):
+        main = db.database.obj
+        if backend == "sqlite":
+            url = f"sqlite:///{tmp_path}/twin-{len(dropped)}.db"
+            dropped.append(None)
+        else:
+            url, name = create_pg_database()
+            dropped.append(name)
+        settings = config.load(environ={
+            "QL_DATA_DIR": str(tmp_path / f"twin-{len(dropped)}"), "QL_DB_URL": url,
+            "QL_SCHEDULER": "node", "QL_CRONTAB_INSTALL": ""})
+        try:
+            twin_app = create_app(settings)
+            with db.database.connection_context(), db.write_transaction():
+                value = system_token(settings.token_file)["value"]
+            answers = play(twin_app.test_client(), {"Authorization": f"Bearer {value}"}, steps)
+            return answers, legacy_rows()
+        finally:
+            db.discard_connection()
+            db.bind(main)
+
+    yield twin
+    for name in dropped:
+        if name:
+            drop_pg_database(name)

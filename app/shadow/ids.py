@@ -33,10 +33,12 @@ def deterministic_id(kind: str, project_id: str, request_id: str, ms: int) -> st
 
 
 def run_id(request_id: str, seconds: int, project_id: str = PROJECT_ID) -> str:
+    """The Run id of an execution accepted at `seconds`."""
     return deterministic_id("run", project_id, request_id, seconds * 1000)
 
 
 def attempt_id(request_id: str, seconds: int, project_id: str = PROJECT_ID) -> str:
+    """The id of that Run's single Attempt (number 1)."""
     return deterministic_id("attempt:1", project_id, request_id, seconds * 1000)
 
 

@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import logging
 
-from peewee import DatabaseError
-
 from ..legacy import NOT_GIVEN, StatusCallback
-from ..models import ShadowFailure, ShadowRun, database
+from ..db import prebuilt
+from ..models import ShadowFailure, ShadowRun, database, storable
 from .ids import PROJECT_ID, attempt_id, parse_execution_id, revision_doc, run_id, task_revision
 
 log = logging.getLogger("qlshadow.shadow")
@@ -24,6 +23,9 @@ RANK = {state: rank for rank, state in enumerate(STATES)}
 REPLAY_FIELDS = ("id", "attempt_id", "task_revision", "cron_id", "origin", "request_id",
                  "accepted_at")
 DETAIL_MAX = 500
+# A valid execution_id has at most 62 characters; an invalid one may be as long as the
+# body, and a thousand of those would fill a router's flash, so it is kept truncated.
+REQUEST_ID_MAX = 128
 
 _PK = (ShadowRun.project_id, ShadowRun.idempotency_key)
 
@@ -45,6 +47,8 @@ def observe(cb: StatusCallback, crons: dict, now: int, failure_cap: int) -> str:
     Returns the outcome name (for logs and tests); the HTTP answer never depends on it.
     """
     request_id = cb.execution_id if type(cb.execution_id) is str else None
+    if request_id is not None and not storable(request_id):
+        request_id = None  # NUL or a lone surrogate: record the failure without the id
     cron_id = cb.ids[0] if len(cb.ids) == 1 else None
     seconds = parse_execution_id(cb.execution_id)
     if seconds is None:
@@ -65,7 +69,9 @@ def observe(cb: StatusCallback, crons: dict, now: int, failure_cap: int) -> str:
     try:
         with database.atomic():  # a savepoint inside the request's transaction
             outcome, drift = _admit(cb, cron, request_id, seconds, now)
-    except DatabaseError as exc:
+    except Exception as exc:  # fail open: not only database errors, any defect here too
+        log.warning("Shadow write for %s failed: %s: %s", request_id, type(exc).__name__,
+                    str(exc).splitlines()[0] if str(exc) else "")
         return _refuse("writer_error", request_id, cron_id,
                        f"{type(exc).__name__}: {exc}", now, failure_cap)
     if drift:
@@ -91,21 +97,24 @@ def _admit(cb: StatusCallback, cron: dict, request_id: str, seconds: int, now: i
     started = cb.last_execution_time
     started = started if started is not NOT_GIVEN and started > 0 else seconds
 
-    stored = _load(request_id)
-    if stored is None:
-        created = (ShadowRun.insert(
-            project_id=PROJECT_ID, idempotency_key=request_id,
-            task_identity=f"legacy-cron:{cron['id']}", trigger_type=ORIGIN,
-            triggered_by="legacy:system-crond", execution_owner="legacy",
-            state=target, pid=pid, log_path=log_path, started_at=started,
-            finished_at=now if target == "exited" else None, exit_code=exit_code,
-            events=f"accepted@{now} spawned@{now} {target}@{now}", recorded_at=now,
-            **expected)
-            .on_conflict(action="nothing", conflict_target=_PK)
-            .as_rowcount().execute())
-        if created:
-            return "created", ()
-        stored = _load(request_id)  # another transaction inserted it first
+    execute = database.obj.execute_sql
+    if target == "exited":
+        # The usual finish: its start made the Run, so one compare-and-set moves it to
+        # exited when every replay field matches and it has not exited yet. Anything else
+        # (no Run yet, drift, already exited) changes nothing here and is sorted out below.
+        if execute(prebuilt(_FINISH_RUN), (
+                now, exit_code, now, pid, log_path, f" exited@{now}", PROJECT_ID, request_id,
+                *(expected[f] for f in REPLAY_FIELDS))).rowcount:
+            return "advanced", ()
+    # ON CONFLICT DO NOTHING, not INSERT OR IGNORE: only the key conflict is ignored,
+    # a NOT NULL or trigger failure still raises and fails open above.
+    if execute(prebuilt(_INSERT_RUN), (
+            PROJECT_ID, request_id, f"legacy-cron:{cron['id']}", ORIGIN, "legacy:system-crond",
+            "legacy", target, pid, log_path, started, now if target == "exited" else None,
+            exit_code, f"accepted@{now} spawned@{now} {target}@{now}", now,
+            *(expected[f] for f in REPLAY_FIELDS))).rowcount:
+        return "created", ()
+    stored = _load(request_id)  # it existed, or another transaction inserted it first
 
     drift = tuple(f for f in REPLAY_FIELDS if stored[f] != expected[f])
     if drift:
@@ -114,23 +123,37 @@ def _admit(cb: StatusCallback, cron: dict, request_id: str, seconds: int, now: i
         return "replayed", ()
     # The only forward move from a stored state is running -> exited. The state in the WHERE
     # makes it compare-and-set: if a concurrent writer got there first, nothing changes.
-    (ShadowRun.update(
-        state=target, finished_at=now, exit_code=exit_code, recorded_at=now,
-        pid=stored["pid"] if stored["pid"] is not None else pid,
-        log_path=stored["log_path"] if stored["log_path"] is not None else log_path,
-        events=f"{stored['events']} {target}@{now}")
-     .where(ShadowRun.project_id == PROJECT_ID, ShadowRun.idempotency_key == request_id,
-            ShadowRun.state == stored["state"])
-     .execute())
-    return "advanced", ()
+    changed = execute(prebuilt(_ADVANCE_RUN), (
+        target, now, exit_code, now,
+        stored["pid"] if stored["pid"] is not None else pid,
+        stored["log_path"] if stored["log_path"] is not None else log_path,
+        f"{stored['events']} {target}@{now}", PROJECT_ID, request_id, stored["state"])).rowcount
+    return ("advanced" if changed else "replayed"), ()
+
+
+# The writer's statements, written out once (Peewee would build each on every callback).
+_KEY = '"project_id" = ? AND "idempotency_key" = ?'
+_LOAD_FIELDS = REPLAY_FIELDS + ("state", "pid", "log_path", "events")
+_LOAD_RUN = ("SELECT " + ", ".join(f'"{f}"' for f in _LOAD_FIELDS)
+             + f' FROM "shadow_runs" WHERE {_KEY}')
+_INSERT_FIELDS = ("project_id", "idempotency_key", "task_identity", "trigger_type",
+                  "triggered_by", "execution_owner", "state", "pid", "log_path", "started_at",
+                  "finished_at", "exit_code", "events", "recorded_at") + REPLAY_FIELDS
+_INSERT_RUN = ('INSERT INTO "shadow_runs" (' + ", ".join(f'"{f}"' for f in _INSERT_FIELDS)
+               + ") VALUES (" + ", ".join("?" * len(_INSERT_FIELDS))
+               + ') ON CONFLICT ("project_id", "idempotency_key") DO NOTHING')
+_ADVANCE_RUN = ('UPDATE "shadow_runs" SET "state" = ?, "finished_at" = ?, "exit_code" = ?, '
+                '"recorded_at" = ?, "pid" = ?, "log_path" = ?, "events" = ? '
+                f'WHERE {_KEY} AND "state" = ?')
+_FINISH_RUN = ('UPDATE "shadow_runs" SET "state" = \'exited\', "finished_at" = ?, "exit_code" = ?, '
+               '"recorded_at" = ?, "pid" = COALESCE("pid", ?), "log_path" = COALESCE("log_path", ?), '
+               f'"events" = "events" || ? WHERE {_KEY} AND "state" <> \'exited\' AND '
+               + " AND ".join(f'"{f}" = ?' for f in REPLAY_FIELDS))
 
 
 def _load(request_id: str) -> dict | None:
-    return (ShadowRun.select(*(getattr(ShadowRun, f) for f in REPLAY_FIELDS),
-                             ShadowRun.state, ShadowRun.pid, ShadowRun.log_path,
-                             ShadowRun.events)
-            .where(ShadowRun.project_id == PROJECT_ID, ShadowRun.idempotency_key == request_id)
-            .dicts().get_or_none())
+    row = database.obj.execute_sql(prebuilt(_LOAD_RUN), (PROJECT_ID, request_id)).fetchone()
+    return None if row is None else dict(zip(_LOAD_FIELDS, row))
 
 
 def _short(value) -> str:
@@ -141,13 +164,17 @@ def _short(value) -> str:
 def _refuse(reason: str, request_id, cron_id, detail: str, now: int, cap: int) -> str:
     """Record a bounded accept failure; never let it fail the Legacy write."""
     if cap > 0:
+        if request_id is not None and len(request_id) > REQUEST_ID_MAX:
+            request_id = request_id[:REQUEST_ID_MAX]
         try:
             with database.atomic():
                 new_id = ShadowFailure.insert(
                     at=now, reason=reason, request_id=request_id, cron_id=cron_id,
                     detail=detail[:DETAIL_MAX]).execute()
+                # Ids only grow, so the newest `cap` rows are those above new_id - cap
+                # (one ranged delete on the primary key, no count and no extra index).
                 if new_id > cap:
                     ShadowFailure.delete().where(ShadowFailure.id <= new_id - cap).execute()
-        except DatabaseError as exc:
+        except Exception as exc:
             log.warning("could not record Shadow accept failure %s: %s", reason, exc)
     return reason
