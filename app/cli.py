@@ -35,6 +35,23 @@ def _print_json(data) -> None:
     print(json.dumps(data, indent=2, ensure_ascii=False))
 
 
+def _startup_crontab(settings) -> None:
+    """Re-render the crontab at start-up so its lines call this server as configured now.
+
+    Only once qlshadow owns a crontab file: installing replaces the user's whole crontab,
+    so a first start with no crons must not wipe one that was there before us.
+    """
+    import os
+
+    from .crontab import CrontabError, sync
+    if not os.path.exists(settings.crontab_file):
+        return
+    try:
+        sync(settings)
+    except CrontabError as exc:
+        print(f"qlshadow: warning: crontab not updated: {exc}", file=sys.stderr, flush=True)
+
+
 def cmd_serve(args) -> int:
     import logging
 
@@ -48,9 +65,19 @@ def cmd_serve(args) -> int:
     # fill a router's log with them.
     logging.getLogger("waitress.queue").setLevel(logging.ERROR)
     backstop = max(1024 * 1024, settings.max_body * 2)
-    server = create_server(app, host=settings.host, port=settings.port, threads=settings.threads,
-                           max_request_body_size=backstop, ident="qlshadow",
-                           clear_untrusted_proxy_headers=True)
+    try:
+        server = create_server(app, host=settings.host, port=settings.port, threads=settings.threads,
+                               max_request_body_size=backstop, ident="qlshadow",
+                               clear_untrusted_proxy_headers=True)
+    except OSError as exc:
+        raise CliError(f"cannot listen on {settings.host}:{settings.port}: "
+                       f"{exc.strerror or exc}") from None
+    if settings.port == 0:
+        # Port 0 picks a free port: crontab lines and manual runs must call the real one.
+        import dataclasses
+        settings = dataclasses.replace(settings, port=server.effective_port)
+        app.extensions["qlshadow"] = settings
+    _startup_crontab(settings)
     journal = app.extensions["qlshadow.journal"]
     database = db.describe(db.database.obj) + (f" ({journal})" if journal else "")
     origins = ",".join(sorted(settings.shadow_origins)) or "off"
@@ -84,15 +111,16 @@ def cmd_app_create(args) -> int:
     from .auth import create_app_record
     settings = _settings(args)
     database, _ = _open_db(settings)
+    scopes = sorted({s.strip() for s in args.scopes.split(",") if s.strip()})
     try:
         with database.connection_context(), db.write_transaction():
-            client_id, secret = create_app_record(args.name, [s.strip() for s in args.scopes.split(",") if s.strip()])
+            client_id, secret = create_app_record(args.name, scopes)
     except IntegrityError:
         raise CliError(f"an app named {args.name!r} already exists") from None
     except ValueError as exc:
         raise CliError(str(exc)) from None
     _print_json({"name": args.name, "client_id": client_id, "client_secret": secret,
-                 "scopes": sorted(set(args.scopes.split(",")))})
+                 "scopes": scopes})
     return 0
 
 
@@ -118,9 +146,25 @@ def _cron_call(args, fn, *fn_args, sync: bool = False):
     except ApiError as exc:
         raise CliError(exc.message) from None
     if sync:
-        from .crontab import sync as sync_crontab
-        sync_crontab(settings)
+        from .crontab import CrontabError, sync as sync_crontab
+        try:
+            sync_crontab(settings)
+        except CrontabError as exc:
+            raise CliError(f"the cron change is saved, but the crontab is not: {exc}") from None
     return result
+
+
+def _manual_run(args):
+    """Start a detached run outside any transaction (it only reads the cron)."""
+    from .errors import ApiError
+    from .runner import start_manual
+    settings = _settings(args)
+    database, _ = _open_db(settings)
+    try:
+        with database.connection_context():
+            return start_manual(settings, [args.id])
+    except ApiError as exc:
+        raise CliError(exc.message) from None
 
 
 def cmd_cron(args) -> int:
@@ -138,8 +182,7 @@ def cmd_cron(args) -> int:
     elif args.cron_cmd in ("enable", "disable"):
         _cron_call(args, crons.set_disabled, args.ids, args.cron_cmd == "disable", sync=True)
     elif args.cron_cmd == "run":
-        from .runner import start_manual
-        _print_json(_cron_call(args, start_manual, _settings(args), [args.id]))
+        _print_json(_manual_run(args))
     return 0
 
 
@@ -151,7 +194,10 @@ def cmd_crontab(args) -> int:
         if args.print:
             sys.stdout.write(crontab.render(settings))
             return 0
-    crontab.sync(settings)
+    try:
+        print(crontab.sync(settings))
+    except crontab.CrontabError as exc:
+        raise CliError(str(exc)) from None
     return 0
 
 
@@ -179,8 +225,15 @@ def _positive(text: str) -> int:
     return int(text)
 
 
+class _Parser(argparse.ArgumentParser):
+    """Usage mistakes are one line on stderr too (`--help` still prints the usage)."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="qlshadow", description="Legacy-compatible cron status service with Shadow Runs.")
     parser.add_argument("--config", metavar="PATH",
                         help="KEY=VALUE config file (default: $QL_CONFIG); the environment wins")

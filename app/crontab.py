@@ -1,5 +1,237 @@
-"""Crontab rendering (SPEC §5). Placeholder until the crontab issue lands."""
+"""Crontab rendering and installation (SPEC §5), and the environment of a task run.
+
+One line per cron, ordered by id. In system mode an enabled cron with a 5-field schedule
+is an active line whose command carries the origin marker; everything else (disabled,
+6-field, extra schedules, @once/@boot, and every line in node mode) is a `# ` comment
+without it. The marker is written here and nowhere else.
+
+A line must work under crond's bare environment, so it names everything task.sh needs
+with absolute paths: the data dir (token, logs), the service URL, the qlshadow command
+for token refresh, and the database when the command could not find it by itself.
+"""
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+
+MARKER = "QL_EXECUTION_ORIGIN=scheduled_system"
+INSTALL_TIMEOUT = 30
+_LOG_NAME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-")
 
 
-def sync(settings) -> None:
-    """Render the crontab file and, in system mode, install it."""
+class CrontabError(Exception):
+    """The crontab could not be written or installed; the message is one sentence."""
+
+
+def shell_dir() -> str:
+    """The directory holding task.sh: the source tree's shell/, else the installed copy."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    candidates = (os.path.join(os.path.dirname(here), "shell"),
+                  os.path.join(sys.prefix, "share", "qlshadow", "shell"))
+    for candidate in candidates:
+        if os.path.isfile(os.path.join(candidate, "task.sh")):
+            return candidate
+    raise CrontabError("task.sh not found in " + " or ".join(candidates))
+
+
+def _file_values(settings) -> dict:
+    if not settings.config_file:
+        return {}
+    from .config import read_config_file
+    return read_config_file(settings.config_file)
+
+
+def base_url(settings) -> str:
+    """The URL task.sh calls: QL_BASE_URL when set, else the listen address (0.0.0.0 → loopback)."""
+    explicit = os.environ.get("QL_BASE_URL") or _file_values(settings).get("QL_BASE_URL")
+    if explicit:
+        return explicit.rstrip("/")
+    host = settings.host
+    if host in ("0.0.0.0", ""):
+        host = "127.0.0.1"
+    elif host == "::":
+        host = "::1"
+    if ":" in host and not host.startswith("["):
+        host = f"[{host}]"
+    return f"http://{host}:{settings.port}"
+
+
+def cli_command() -> str:
+    """A shell command line that runs this installation's `qlshadow`, by absolute path."""
+    script = os.path.join(os.path.dirname(sys.executable), "qlshadow")
+    if os.path.isfile(script) and os.access(script, os.X_OK):
+        return shlex.quote(script)
+    # No console script (a source checkout): run the module from where it lives, since
+    # crond starts tasks in $HOME, not here.
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    return f"PYTHONPATH={shlex.quote(root)} {shlex.quote(sys.executable)} -m app.cli"
+
+
+def _cli_config(settings) -> list:
+    """QL_CONFIG / QL_DB_URL the qlshadow command needs to reach the same database."""
+    pairs = []
+    values = _file_values(settings)
+    if settings.config_file:
+        pairs.append(("QL_CONFIG", os.path.abspath(settings.config_file)))
+    url = settings.db_url
+    if url.startswith("sqlite:///"):
+        path = os.path.abspath(url[len("sqlite:///"):].split("?", 1)[0])
+        # A relative SQLite path means something else in crond's working directory.
+        if path == os.path.join(os.path.abspath(settings.data_dir), "qlshadow.db"):
+            return pairs
+        query = url.partition("?")[2]
+        url = "sqlite:///" + path + (f"?{query}" if query else "")
+    elif values.get("QL_DB_URL", "").strip() == url:
+        return pairs  # the config file names it; keep its password off the line
+    pairs.append(("QL_DB_URL", url))
+    return pairs
+
+
+def log_name(cron: dict) -> str:
+    """The log folder of a cron: its log_name or name reduced to safe characters."""
+    raw = cron.get("log_name") or cron.get("name") or ""
+    name = "".join(c if c in _LOG_NAME_CHARS else "_" for c in raw).lstrip(".")[:64]
+    return name if any(c.isalnum() for c in name) else f"cron_{cron['id']}"
+
+
+def task_env(settings, cron: dict) -> list:
+    """(name, value) pairs a run of this cron needs, marker excluded, in line order."""
+    return [("ID", str(cron["id"])),
+            ("QL_DATA_DIR", os.path.abspath(settings.data_dir)),
+            ("QL_BASE_URL", base_url(settings)),
+            ("QL_CLI", cli_command()),
+            *_cli_config(settings),
+            ("QL_LOG_NAME", log_name(cron))]
+
+
+def command_word(command: str) -> tuple:
+    """(escaped?, shell word) for the task command on a crontab line.
+
+    A crontab line cannot hold a newline, and Vixie-style crons turn % into one; such
+    commands are written with printf %b escapes that task.sh undoes (QL_ESCAPED=1).
+    """
+    if not any(c in command for c in "%\n\r"):
+        return False, shlex.quote(command)
+    escaped = (command.replace("\\", "\\\\").replace("%", "\\0045")
+               .replace("\n", "\\n").replace("\r", "\\r"))
+    return True, shlex.quote(escaped)
+
+
+def line(settings, cron: dict, scripts: str) -> str:
+    """The crontab line of one cron: active (with the marker) or a `# ` comment."""
+    from .schedule import field_count
+    extra = cron.get("extra_schedules")
+    active = (settings.scheduler == "system" and not cron.get("is_disabled")
+              and field_count(cron["schedule"]) == 5 and extra in (None, "", "[]"))
+    pairs = task_env(settings, cron)
+    if active:
+        pairs.insert(1, tuple(MARKER.split("=", 1)))
+    escaped, word = command_word(cron["command"])
+    if escaped:
+        pairs.append(("QL_ESCAPED", "1"))
+    env = " ".join(f"{k}={shlex.quote(v)}" for k, v in pairs)
+    text = f"{cron['schedule']} {env} {shlex.quote(os.path.join(scripts, 'task.sh'))} {word}"
+    if "\n" in text or "\r" in text:
+        raise CrontabError(f"cron {cron['id']} would need a line break in its crontab line")
+    return text if active else "# " + text
+
+
+def _crons() -> list:
+    from .models import Cron, database
+    query = Cron.select().order_by(Cron.id).dicts()
+    if database.is_closed():
+        with database.connection_context():
+            return list(query)
+    return list(query)
+
+
+def render(settings) -> str:
+    """The whole crontab text for the crons in the database; same data, same bytes."""
+    scripts = shell_dir()
+    header = "# qlshadow crontab (system mode): generated from the database; edits are overwritten"
+    if settings.scheduler != "system":
+        header = "# qlshadow crontab (node mode): every line is a comment, nothing is installed"
+    return "".join(f"{text}\n" for text in
+                   [header] + [line(settings, cron, scripts) for cron in _crons()])
+
+
+def write(settings, text: str) -> str:
+    """Replace the crontab file atomically (temp file + rename in its directory)."""
+    path = os.path.abspath(settings.crontab_file)
+    directory = os.path.dirname(path)
+    try:
+        os.makedirs(directory, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=directory, prefix=".crontab.")
+        try:
+            # 0600: a line may carry the database URL.
+            os.fchmod(fd, 0o600)
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(text)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            raise
+    except OSError as exc:
+        raise CrontabError(f"cannot write the crontab {path}: {exc.strerror or exc}") from None
+    return path
+
+
+def install(settings, path: str) -> bool:
+    """Run QL_CRONTAB_INSTALL with {file} → path; False when it is empty.
+
+    It runs without a shell: the template is split into words first, so the path stays
+    one argument whatever it contains. A template that needs a shell can pass the path as
+    a positional parameter: sh -c 'crontab "$1" && ...' sh {file}
+    """
+    template = settings.crontab_install
+    if not template.strip():
+        return False
+    try:
+        argv = [word.replace("{file}", path) for word in shlex.split(template)]
+    except ValueError as exc:
+        raise CrontabError(f"QL_CRONTAB_INSTALL={template!r} cannot be split into words ({exc})") from None
+    try:
+        result = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True,
+                                timeout=INSTALL_TIMEOUT)
+    except FileNotFoundError:
+        raise CrontabError(f"installing the crontab failed: {argv[0]} not found (QL_CRONTAB_INSTALL)") from None
+    except subprocess.TimeoutExpired:
+        raise CrontabError(f"installing the crontab failed: {argv[0]} ran longer than {INSTALL_TIMEOUT} s") from None
+    except OSError as exc:
+        raise CrontabError(f"installing the crontab failed: {argv[0]}: {exc.strerror or exc}") from None
+    if result.returncode != 0:
+        said = (result.stderr or result.stdout).decode("utf-8", "replace").strip().splitlines()
+        raise CrontabError(f"installing the crontab failed: {shlex.join(argv)} exited "
+                           f"{result.returncode}" + (f": {said[0]}" if said else ""))
+    return True
+
+
+def sync(settings) -> str:
+    """Render, write and (system mode) install the crontab; returns the file's path.
+
+    Callers run this after the cron change has committed. Renders are serialised with a
+    lock on the file's directory (across threads and processes), so the file written last
+    was rendered last and holds every committed change. A failure raises CrontabError;
+    the committed change stays (see app/views/crons.py).
+    """
+    import fcntl
+    directory = os.path.dirname(os.path.abspath(settings.crontab_file))
+    try:
+        os.makedirs(directory, exist_ok=True)
+        lock = os.open(directory, os.O_RDONLY)
+    except OSError as exc:
+        raise CrontabError(f"cannot open the crontab directory {directory}: {exc.strerror or exc}") from None
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        path = write(settings, render(settings))
+        if settings.scheduler == "system":
+            install(settings, path)
+        return path
+    finally:
+        os.close(lock)

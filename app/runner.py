@@ -1,6 +1,57 @@
-"""Manual runs (SPEC §5). Placeholder until the crontab issue lands."""
+"""Manual runs (SPEC §5): start task.sh for a cron now, detached, without the origin marker.
+
+The runner reports through the same Legacy callbacks as a crond run, but it never makes
+an execution_id (no marker), so a manual run is a RunningInstance and never a Shadow Run.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+
 from .errors import ApiError
 
+# The intermediate shell backgrounds the task and exits at once; the task is re-parented
+# to init, so the service neither waits for it nor leaves a zombie behind.
+_DETACH = '"$@" </dev/null >/dev/null 2>&1 &'
 
-def start_manual(settings, ids):
-    raise ApiError(501, "Manual runs are not available yet.")
+
+def _rows(ids: list) -> dict:
+    from .models import Cron, database
+    query = Cron.select().where(Cron.id.in_(ids)).dicts()
+    if database.is_closed():
+        with database.connection_context():
+            return {row["id"]: row for row in query}
+    return {row["id"]: row for row in query}
+
+
+def run_env(settings, cron: dict) -> dict:
+    """The environment of a manual run: ours minus every QL_ setting (and any marker)."""
+    from .crontab import task_env
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("QL_", "QL3_")) and k != "ID"}
+    env.setdefault("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+    env.update(task_env(settings, cron))
+    return env
+
+
+def start_manual(settings, ids: list) -> list:
+    """Start one detached task.sh per cron id; 404 (and nothing started) if one is unknown."""
+    from .crontab import CrontabError, shell_dir
+    wanted = list(dict.fromkeys(ids))
+    rows = _rows(wanted)
+    missing = [cron_id for cron_id in wanted if cron_id not in rows]
+    if missing:
+        raise ApiError(404, f"Cron {missing[0]} does not exist.")
+    try:
+        task = os.path.join(shell_dir(), "task.sh")
+    except CrontabError as exc:
+        raise ApiError(500, f"Manual runs are unavailable: {exc}.") from None
+    for cron_id in wanted:
+        cron = rows[cron_id]
+        # The command is passed as one argument, so it needs no escaping; /bin/sh runs
+        # task.sh so that a lost executable bit cannot stop it.
+        argv = ["/bin/sh", "-c", _DETACH, "qlshadow-run", "/bin/sh", task, cron["command"]]
+        subprocess.run(argv, env=run_env(settings, cron), stdin=subprocess.DEVNULL,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                       start_new_session=True, close_fds=True, check=True, timeout=30)
+    return wanted

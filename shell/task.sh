@@ -1,0 +1,98 @@
+#!/bin/sh
+# task.sh COMMAND...: run one cron task and report it to qlshadow.
+#
+# The arguments are joined into one shell command (like `sh -c`). Output goes to
+# $QL_DATA_DIR/log/<name>/<time>-<pid>.log. Around the command two status callbacks
+# (running, then idle with the duration and exit code) go to $QL_BASE_URL; a callback that
+# fails is noted in the log and never stops the task or changes its exit code, which is
+# the command's own.
+#
+# Environment (crontab lines written by qlshadow set what they need, because crond gives
+# a task almost nothing):
+#   ID                   the cron id; without it no callback is sent
+#   QL_DATA_DIR          token.json and log/ (default ./data)
+#   QL_BASE_URL          the service (default http://127.0.0.1:5600)
+#   QL_CLI               the qlshadow command line, to refresh the token (default qlshadow)
+#   QL_LOG_NAME          the log folder name (default cron_<ID>)
+#   QL_CALLBACK_TIMEOUT  seconds per callback (default 5)
+#   QL_ESCAPED=1         the command is written with printf %b escapes (crontab lines
+#                        cannot hold a newline, and some crons turn % into one)
+#   QL_EXECUTION_ORIGIN  =scheduled_system only on active lines of a system-mode crontab:
+#                        only then is an execution_id made, once, for both callbacks
+#
+# POSIX sh: BusyBox ash, dash and bash run this unchanged.
+
+case $0 in
+  */*) ql_dir=${0%/*} ;;
+  *) ql_dir=. ;;
+esac
+. "$ql_dir/common.sh"
+
+if [ $# -eq 0 ]; then
+  echo "usage: task.sh COMMAND..." >&2
+  exit 2
+fi
+ql_cmd=$*
+if [ "${QL_ESCAPED:-}" = 1 ]; then
+  ql_cmd=$(printf '%b' "$ql_cmd")
+fi
+unset QL_ESCAPED
+
+# One date call gives the start second (the execution_id's seconds and
+# last_execution_time) and the log file's name.
+ql_stamp=$(date '+%s %Y-%m-%d-%H-%M-%S')
+ql_begin=${ql_stamp%% *}
+
+# The marker is consumed here: commands the task starts (even another task.sh) do not
+# inherit it, so nothing but the crontab line itself can claim a system-crond run.
+ql_origin=${QL_EXECUTION_ORIGIN:-}
+unset QL_EXECUTION_ORIGIN
+ql_eid=
+if [ "$ql_origin" = scheduled_system ] && ql_new_uuid; then
+  ql_eid="legacy-system:$ql_begin:$ql_uuid"
+fi
+
+ql_id=${ID:-}
+case $ql_id in '' | 0* | *[!0123456789]*) ql_id= ;; esac
+
+ql_data=${QL_DATA_DIR:-./data}
+ql_name=${QL_LOG_NAME:-}
+case $ql_name in
+  '' | .* | *[!.$ql_tokchars]*) ql_name=${ql_id:+cron_$ql_id} ; ql_name=${ql_name:-task} ;;
+esac
+ql_rel=$ql_name/${ql_stamp#* }-$$.log
+ql_log=$ql_data/log/$ql_rel
+[ -d "$ql_data/log/$ql_name" ] || mkdir -p "$ql_data/log/$ql_name" 2>/dev/null
+if ! : >> "$ql_log" 2>/dev/null; then
+  ql_log=/dev/null
+fi
+
+ql_send() {
+  [ -n "$ql_id" ] || return 0
+  if ! ql_post "$2"; then
+    ql_note "$1 callback not delivered: $ql_post_error"
+  fi
+}
+
+ql_extra=${ql_eid:+",\"execution_id\":\"$ql_eid\""}
+if [ -n "$ql_id" ]; then
+  ql_load_token "$ql_begin"
+else
+  ql_note "no numeric ID in the environment: status callbacks are not sent"
+fi
+ql_send running "{\"ids\":[$ql_id],\"status\":0,\"pid\":$$,\"log_path\":\"$ql_rel\",\"last_execution_time\":$ql_begin$ql_extra}"
+
+# A subshell keeps the command's exit, cd and variables away from this script; the token
+# is not the command's business.
+(
+  unset ql_token ql_json
+  eval "$ql_cmd"
+) >> "$ql_log" 2>&1
+ql_status=$?
+
+ql_end=$(date +%s)
+ql_took=$((ql_end - ql_begin))
+# A clock stepped back (NTP after boot) must not produce a negative duration.
+[ "$ql_took" -ge 0 ] || ql_took=0
+ql_send idle "{\"ids\":[$ql_id],\"status\":1,\"pid\":$$,\"log_path\":\"$ql_rel\",\"last_execution_time\":$ql_begin,\"last_running_time\":$ql_took,\"exit_code\":$ql_status$ql_extra}"
+exit "$ql_status"

@@ -1,0 +1,33 @@
+"""`qlshadow serve` re-renders the crontab at start-up only once qlshadow owns one."""
+import os
+
+from conftest import http
+
+
+def _system_env(tmp_path):
+    return {"QL_SCHEDULER": "system",
+            "QL_CRONTAB_FILE": str(tmp_path / "crontab.list"),
+            "QL_CRONTAB_INSTALL": f"cp {{file}} {tmp_path / 'installed.list'}"}
+
+
+def test_a_first_start_without_crons_installs_no_crontab(live_server, tmp_path):
+    server = live_server(**_system_env(tmp_path))
+    status, _ = http("GET", server.url + "/health")
+    assert status == 200
+    assert not os.path.exists(tmp_path / "installed.list")
+    assert not os.path.exists(tmp_path / "crontab.list")
+
+
+def test_a_restart_reinstalls_the_crontab_it_already_owns(live_server, tmp_path):
+    env = _system_env(tmp_path)
+    server = live_server(**env)
+    status, _ = http("POST", server.url + "/open/crons", headers=server.headers,
+                     body={"name": "b", "command": "true", "schedule": "*/5 * * * *"})
+    assert status == 200
+    installed = tmp_path / "installed.list"
+    first = installed.read_text()
+    assert f"127.0.0.1:{server.port}" in first
+    os.unlink(installed)
+    server.stop()
+    again = live_server(**env)
+    assert f"127.0.0.1:{again.port}" in installed.read_text()
