@@ -8,7 +8,7 @@ import json
 import time
 
 from .errors import ApiError
-from .models import Cron, RunningInstance
+from .models import Cron, RunningInstance, storable
 from .schedule import check_schedule
 
 TEXT_FIELDS = ("task_before", "task_after", "work_dir", "log_name")
@@ -19,9 +19,11 @@ def _text(data: dict, key: str, required: bool):
     value = data.get(key)
     if value is None and not required:
         return None
-    if not isinstance(value, str) or (required and not value.strip()) or len(value) > MAX_TEXT:
+    if (not isinstance(value, str) or (required and not value.strip()) or len(value) > MAX_TEXT
+            or not storable(value)):
         what = "a non-empty string" if required else "a string or null"
-        raise ApiError(400, f"'{key}' must be {what} of at most {MAX_TEXT} characters.")
+        raise ApiError(400, f"'{key}' must be {what} of at most {MAX_TEXT} characters "
+                            "(no NUL, valid Unicode).")
     return value
 
 

@@ -12,15 +12,20 @@ from ..errors import ApiError
 # Paths under /open/ that need no token.
 PUBLIC = frozenset({"/open/auth/token"})
 _TOKEN_CACHE_MAX = 256
+TOKEN_RECHECK = 60  # seconds a looked-up token is trusted before it is looked up again
 
 
 def init_app(app) -> None:
     from . import auth, callback, crons, health, runs
+    # Werkzeug would answer "/open//crons/status" with an HTML 308 redirect, which no error
+    # handler sees; unmerged, such a path is a plain JSON 404. Set before rules are added.
+    app.url_map.merge_slashes = False
     for module in (callback, crons, runs, auth, health):
         app.register_blueprint(module.bp)
 
-    # token hash -> (scopes, expiration): tokens are never changed, only issued or expire,
-    # so a valid one needs no query on later callbacks.
+    # token hash -> (scopes, expiration, recheck_at): a valid token needs no query on the
+    # callbacks of the next minute; after that it is looked up again, so a token row deleted
+    # to revoke it stops working within TOKEN_RECHECK seconds on every server.
     token_cache: dict = {}
 
     @app.before_request
@@ -44,14 +49,14 @@ def _authorize(scope: str, cache: dict) -> None:
     digest = sha256_hex(token.strip())
     now = int(time.time())
     known = cache.get(digest)
-    if known is None or known[1] <= now:
-        known = scopes_for_digest(digest, now)
-        if known is None:
+    if known is None or known[2] <= now:
+        found = scopes_for_digest(digest, now)
+        if found is None:
             cache.pop(digest, None)
             raise ApiError(401, "The token is unknown or has expired.")
         if len(cache) >= _TOKEN_CACHE_MAX:
             cache.clear()
-        cache[digest] = known
+        known = cache[digest] = (*found, min(found[1], now + TOKEN_RECHECK))
     if scope not in known[0]:
         raise ApiError(403, f"The token's app does not have the '{scope}' scope.")
 

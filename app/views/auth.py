@@ -19,6 +19,8 @@ def token():
     client_secret = request.args.get("client_secret", "")
     if not client_id or not client_secret:
         raise ApiError(400, "'client_id' and 'client_secret' are required.")
+    if "\x00" in client_id:  # PostgreSQL cannot even compare text holding NUL
+        raise ApiError(401, "The client id or client secret is wrong.")
     with write_transaction():
         app = app_for_credentials(client_id, client_secret)
         if app is None:

@@ -1,0 +1,126 @@
+"""GET /health (SPEC §2): no token, the service's shape, 503 when the database is really
+unreachable, and recovery without a restart."""
+from __future__ import annotations
+
+import os
+import shutil
+from urllib.parse import urlsplit
+
+import pytest
+
+from app import __version__, db
+from conftest import _pg_admin, drop_pg_database
+
+
+def test_health_answers_ok_with_version_scheduler_and_origins(client):
+    response = client.get("/health")
+
+    assert response.status_code == 200
+    assert response.get_json() == {"code": 200, "data": {
+        "status": "ok", "db": "ok", "version": __version__, "scheduler": "node",
+        "shadow_origins": []}}
+
+
+@pytest.mark.parametrize("shadow_env", [{"QL3_SHADOW_ORIGINS": "scheduled_system, manual",
+                                         "QL_SCHEDULER": "system"}])
+def test_health_names_the_configured_scheduler_and_shadow_origins(client):
+    data = client.get("/health").get_json()["data"]
+
+    assert (data["scheduler"], data["shadow_origins"]) == ("system", ["manual", "scheduled_system"])
+
+
+def _sqlite_path(db_url: str) -> str:
+    return db_url[len("sqlite:///"):]
+
+
+def _take_sqlite_away(path: str) -> str:
+    """Move the database aside and put a directory in its place; returns where it went."""
+    aside = path + ".aside"
+    os.mkdir(aside)
+    for suffix in ("", "-wal", "-shm"):
+        if os.path.exists(path + suffix):
+            shutil.move(path + suffix, os.path.join(aside, "db" + suffix))
+    os.mkdir(path)
+    return aside
+
+
+def _bring_sqlite_back(path: str, aside: str) -> None:
+    os.rmdir(path)
+    for suffix in ("", "-wal", "-shm"):
+        if os.path.exists(os.path.join(aside, "db" + suffix)):
+            shutil.move(os.path.join(aside, "db" + suffix), path + suffix)
+
+
+def assert_down(response) -> None:
+    body = response.get_json()
+    assert response.status_code == 503
+    assert response.mimetype == "application/json"
+    assert body["code"] == 503 and body["message"]
+    assert body["data"]["db"] != "ok"
+
+
+@pytest.mark.parametrize("backend", ["sqlite"])
+def test_health_is_503_when_the_sqlite_file_is_gone(client, db_url):
+    assert client.get("/health").status_code == 200
+    db.discard_connection()
+    _take_sqlite_away(_sqlite_path(db_url))
+
+    assert_down(client.get("/health"))
+
+
+@pytest.mark.parametrize("backend", ["sqlite"])
+def test_health_recovers_when_the_sqlite_file_is_back(client, db_url):
+    db.discard_connection()
+    aside = _take_sqlite_away(_sqlite_path(db_url))
+    assert client.get("/health").status_code == 503
+
+    _bring_sqlite_back(_sqlite_path(db_url), aside)
+
+    assert client.get("/health").status_code == 200
+
+
+def _pg_name(db_url: str) -> str:
+    return urlsplit(db_url).path.lstrip("/")
+
+
+@pytest.mark.parametrize("backend", ["postgres"])
+def test_health_is_503_when_the_postgres_database_is_dropped(client, db_url):
+    assert client.get("/health").status_code == 200  # the connection is open and kept
+
+    drop_pg_database(_pg_name(db_url))
+
+    assert_down(client.get("/health"))
+    assert_down(client.get("/health"))  # the reconnect fails too
+
+
+@pytest.mark.parametrize("backend", ["postgres"])
+def test_health_recovers_without_restart_when_postgres_is_back(client, db_url):
+    assert client.get("/health").status_code == 200
+    drop_pg_database(_pg_name(db_url))
+    assert client.get("/health").status_code == 503
+
+    conn = _pg_admin()
+    with conn.cursor() as cur:
+        cur.execute(f'CREATE DATABASE "{_pg_name(db_url)}"')
+    conn.close()
+
+    assert client.get("/health").status_code == 200
+
+
+@pytest.mark.parametrize("backend", ["postgres"])
+def test_the_first_callback_after_postgres_closed_the_connection_succeeds(client, auth, make_cron, db_url):
+    cron = make_cron()
+    assert client.get("/health").status_code == 200  # this thread's connection is open and kept
+    conn = _pg_admin()
+    with conn.cursor() as cur:  # what a PostgreSQL restart does to every open connection
+        cur.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s "
+                    "AND pid <> pg_backend_pid()", (_pg_name(db_url),))
+        cur.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = %s", (_pg_name(db_url),))
+        while cur.fetchone()[0]:  # wait until the server has really closed it
+            cur.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = %s", (_pg_name(db_url),))
+    conn.close()
+
+    response = client.put("/open/crons/status", headers=auth,
+                          json={"ids": [str(cron["id"])], "status": "0", "pid": "7"})
+
+    assert (response.status_code, response.get_json()) == (200, {"code": 200})
