@@ -1,0 +1,1 @@
+"""Fault suite: crashes, outages, full disks, locks, bad input and attacks (`pytest -m faults`)."""
