@@ -86,11 +86,21 @@ def cmd_serve(args) -> int:
     if journal and journal != "wal":
         print(f"qlshadow: warning: SQLite journal mode is {journal}, not wal "
               "(the filesystem refused WAL)", file=sys.stderr, flush=True)
+    # init scripts and procd stop the service with SIGTERM: leave the loop and close the
+    # listening socket cleanly instead of dying mid-way, and exit 0.
+    import signal
+    signal.signal(signal.SIGTERM, _stop_serving)
     try:
         server.run()
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, SystemExit):
         pass
+    finally:
+        server.close()
     return 0
+
+
+def _stop_serving(signum, frame) -> None:
+    raise SystemExit(0)
 
 
 def cmd_db_init(args) -> int:

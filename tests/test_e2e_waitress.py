@@ -130,3 +130,14 @@ def test_queued_requests_log_no_queue_depth_warnings(live_server):
     assert statuses == [200] * 320
     assert "queue depth" not in server.output().lower()
     assert len(server.output().splitlines()) == 1
+
+
+def test_sigterm_stops_the_server_cleanly_with_exit_status_0(live_server):
+    import signal
+    server = live_server()
+    assert http("GET", server.url + "/health")[0] == 200
+
+    server.process.send_signal(signal.SIGTERM)
+
+    assert server.process.wait(10) == 0
+    assert "Traceback" not in server.output()
