@@ -41,6 +41,16 @@ def make_database(url: str, timeout: float = 5.0) -> Database:
                               **kwargs)
 
 
+def prebuilt(sql: str) -> str:
+    """A hand-written statement with '?' placeholders, in the bound driver's style.
+
+    The callback's statements are written out once rather than built by Peewee's query
+    objects on every call; only psycopg2 needs '%s' instead of '?'.
+    """
+    param = database.obj.param
+    return sql if param == "?" else sql.replace("?", param)
+
+
 def is_sqlite(db: Database | None = None) -> bool:
     return isinstance(db or database.obj, SqliteDatabase)
 
@@ -80,6 +90,24 @@ def create_schema() -> str:
 def ensure_connection() -> None:
     if database.is_closed():
         database.connect()
+    elif not is_sqlite() and _hung_up(database.connection()):
+        # PostgreSQL restarted since this thread last used its connection. Reconnect now,
+        # before the request starts, instead of losing this callback to a 503.
+        discard_connection()
+        database.connect()
+
+
+def _hung_up(conn) -> bool:
+    """True when an idle PostgreSQL connection was closed by the server.
+
+    An idle connection receives nothing unless the server said goodbye (a FATAL message
+    or EOF), so a readable socket means it is dead; one non-blocking select, no query.
+    """
+    import select
+    try:
+        return bool(conn.closed) or bool(select.select([conn.fileno()], [], [], 0)[0])
+    except (OSError, ValueError):
+        return True
 
 
 def discard_connection() -> None:

@@ -8,9 +8,10 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+from .db import prebuilt
 from .errors import ApiError
 from .models import (CRON_IDLE, CRON_RUNNING, INSTANCE_ERROR, INSTANCE_FINISHED,
-                     INSTANCE_RUNNING, Cron, RunningInstance)
+                     INSTANCE_RUNNING, Cron, database, storable)
 
 INT64_MAX = 2**63 - 1
 INT32_MIN, INT32_MAX = -2**31, 2**31 - 1
@@ -92,8 +93,9 @@ def parse_status_callback(body) -> StatusCallback:
     log_path = body.get("log_path")
     if log_path is None or log_path == "":
         log_path = NOT_GIVEN
-    elif type(log_path) is not str or len(log_path) > 1024:
-        raise ApiError(400, "'log_path' must be a string of at most 1024 characters or null.")
+    elif type(log_path) is not str or len(log_path) > 1024 or not storable(log_path):
+        raise ApiError(400, "'log_path' must be a string of at most 1024 characters "
+                            "(no NUL, valid Unicode) or null.")
     execution_id = body.get("execution_id", None)
     return StatusCallback(
         ids=tuple(ids),
@@ -107,51 +109,80 @@ def parse_status_callback(body) -> StatusCallback:
     )
 
 
+# The callback runs the same few statements every time: they are written out once here
+# instead of being built by Peewee's query objects on every call (that building was most of
+# a callback's CPU time). '?' becomes the driver's placeholder in db.prebuilt().
+_CRON_COLUMNS = tuple(field.column_name for field in Cron._meta.sorted_fields)
+_SELECT_CRON = ("SELECT " + ", ".join(f'"{c}"' for c in _CRON_COLUMNS)
+                + ' FROM "crons" WHERE "id" = ?')
+_cron_updates: dict = {}  # tuple of column names -> UPDATE statement
+_INSERT_INSTANCE = ('INSERT INTO "running_instances" ("cron_id", "pid", "log_path", "started_at", '
+                    f'"status") VALUES (?, ?, ?, ?, {INSTANCE_RUNNING})')
+# The running state is a literal, not a parameter: it is what makes the partial index
+# running_instances_open usable without re-planning the statement on every call.
+_CLOSE_INSTANCES = ('UPDATE "running_instances" SET "finished_at" = ?, "exit_code" = ?, "status" = ? '
+                    f'WHERE "cron_id" = ? AND "pid" = ? AND "status" = {INSTANCE_RUNNING}')
+_CLOSE_INSTANCES_NO_PID = ('UPDATE "running_instances" SET "finished_at" = ?, "exit_code" = ?, '
+                           '"status" = ? WHERE "cron_id" = ? AND "pid" IS NULL '
+                           f'AND "status" = {INSTANCE_RUNNING}')
+
+
+def _update_cron_sql(columns: tuple) -> str:
+    sql = _cron_updates.get(columns)
+    if sql is None:
+        sql = _cron_updates[columns] = (
+            'UPDATE "crons" SET ' + ", ".join(f'"{c}" = ?' for c in columns) + ' WHERE "id" = ?')
+    return sql
+
+
 def apply_status_callback(cb: StatusCallback, now: int) -> dict:
     """Apply rules 1-5 for every id inside the caller's transaction.
 
     Returns {cron_id: cron row as a dict} for the ids that exist (Shadow reads the
     definition from it, so the cron is read once per callback).
     """
+    execute = database.obj.execute_sql
     crons = {}
     for cron_id in cb.ids:
-        cron = (Cron.select().where(Cron.id == cron_id).dicts().get_or_none())
-        if cron is None:
+        row = execute(prebuilt(_SELECT_CRON), (cron_id,)).fetchone()
+        if row is None:
             continue  # rule 1
-        crons[cron_id] = cron
+        cron = crons[cron_id] = dict(zip(_CRON_COLUMNS, row))
         idle = cb.status == CRON_IDLE
         # rule 2: a late finish of an older run (another log file) must not mark the newer
         # run idle; duration and start time still apply (rule 3), and rule 5 still closes.
         stale = idle and cb.log_path is not NOT_GIVEN and cb.log_path != cron["log_path"]
-        changes = {}
+        columns, values = [], []
         if not stale:
-            changes[Cron.status] = cb.status
+            columns.append("status")
+            values.append(cb.status)
             if cb.pid is not NOT_GIVEN:
-                changes[Cron.pid] = cb.pid
+                columns.append("pid")
+                values.append(cb.pid)
             if cb.log_path is not NOT_GIVEN:
-                changes[Cron.log_path] = cb.log_path
+                columns.append("log_path")
+                values.append(cb.log_path)
         if cb.last_execution_time is not NOT_GIVEN:
-            changes[Cron.last_execution_time] = cb.last_execution_time
+            columns.append("last_execution_time")
+            values.append(cb.last_execution_time)
         if cb.last_running_time is not NOT_GIVEN and cb.last_running_time > 0:
-            changes[Cron.last_running_time] = cb.last_running_time
-        if changes:
-            Cron.update(changes).where(Cron.id == cron_id).execute()
+            columns.append("last_running_time")
+            values.append(cb.last_running_time)
+        if columns:
+            values.append(cron_id)
+            execute(prebuilt(_update_cron_sql(tuple(columns))), values)
 
         pid = None if cb.pid is NOT_GIVEN else cb.pid
         if cb.status == CRON_RUNNING:  # rule 4
             started = cb.last_execution_time
-            RunningInstance.insert(
-                cron=cron_id, pid=pid,
-                log_path=None if cb.log_path is NOT_GIVEN else cb.log_path,
-                started_at=started if started is not NOT_GIVEN and started > 0 else now,
-                status=INSTANCE_RUNNING).execute()
+            execute(prebuilt(_INSERT_INSTANCE), (
+                cron_id, pid, None if cb.log_path is NOT_GIVEN else cb.log_path,
+                started if started is not NOT_GIVEN and started > 0 else now))
         elif idle:  # rule 5
             exit_code = None if cb.exit_code is NOT_GIVEN else cb.exit_code
-            same_pid = RunningInstance.pid.is_null() if pid is None else RunningInstance.pid == pid
-            (RunningInstance
-             .update(finished_at=now, exit_code=exit_code,
-                     status=INSTANCE_ERROR if exit_code else INSTANCE_FINISHED)
-             .where(RunningInstance.cron == cron_id, same_pid,
-                    RunningInstance.status == INSTANCE_RUNNING)
-             .execute())
+            status = INSTANCE_ERROR if exit_code else INSTANCE_FINISHED
+            if pid is None:
+                execute(prebuilt(_CLOSE_INSTANCES_NO_PID), (now, exit_code, status, cron_id))
+            else:
+                execute(prebuilt(_CLOSE_INSTANCES), (now, exit_code, status, cron_id, pid))
     return crons

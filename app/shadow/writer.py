@@ -1,17 +1,16 @@
 """The Shadow writer: admit a system-crond callback as exactly one Run (SPEC §4).
 
 Called inside the callback's single transaction, after the Legacy writes. Everything it
-does runs in a savepoint: drift, conflicts and database errors roll back only the
-savepoint and leave a bounded accept-failure row, so the Legacy result always commits.
+does runs in a savepoint: drift, conflicts and database errors roll back only the Shadow
+write and leave a bounded accept-failure row, so the Legacy result always commits.
 No retries, timers or threads: the database's unique key decides every race.
 """
 from __future__ import annotations
 
 import logging
-
-from ..legacy import NOT_GIVEN, StatusCallback
 from ..db import prebuilt
-from ..models import ShadowFailure, ShadowRun, database, storable
+from ..legacy import NOT_GIVEN, StatusCallback
+from ..models import ShadowFailure, database, storable
 from .ids import PROJECT_ID, attempt_id, parse_execution_id, revision_doc, run_id, task_revision
 
 log = logging.getLogger("qlshadow.shadow")
@@ -26,9 +25,6 @@ DETAIL_MAX = 500
 # A valid execution_id has at most 62 characters; an invalid one may be as long as the
 # body, and a thousand of those would fill a router's flash, so it is kept truncated.
 REQUEST_ID_MAX = 128
-
-_PK = (ShadowRun.project_id, ShadowRun.idempotency_key)
-
 
 def cron_revision(cron: dict) -> str:
     """Task revision of a cron row as stored (extra_schedules is kept as JSON text)."""
@@ -67,7 +63,11 @@ def observe(cb: StatusCallback, crons: dict, now: int, failure_cap: int) -> str:
         return _refuse("unknown_cron", request_id, cron_id, f"cron {cron_id} does not exist",
                        now, failure_cap)
     try:
-        with database.atomic():  # a savepoint inside the request's transaction
+        # A savepoint on both databases (PostgreSQL would abort the whole transaction on an
+        # error outside one). On SQLite it costs two statements but no page writes, and it
+        # keeps fail-open true whatever _admit does, not only while each of its paths
+        # happens to change one row as its last step.
+        with database.atomic():
             outcome, drift = _admit(cb, cron, request_id, seconds, now)
     except Exception as exc:  # fail open: not only database errors, any defect here too
         log.warning("Shadow write for %s failed: %s: %s", request_id, type(exc).__name__,

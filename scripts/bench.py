@@ -1,0 +1,866 @@
+#!/usr/bin/env python3
+"""Benchmark qlshadow against the floor of its own stack, side by side in one run.
+
+Starts its own servers (each in its own process, on a free loopback port, with a fresh
+database in a temp dir) and drives them with the same crond-shaped load:
+
+  floor       a minimal Flask + waitress app (same imports, threads and route) that
+              answers {"code":200} without a database
+  sqlite_off  the product on SQLite, Shadow off
+  sqlite_on   the product on SQLite, Shadow on (QL3_SHADOW_ORIGINS=scheduled_system)
+  pg_off/pg_on the same on PostgreSQL, when --pg-url is reachable
+
+Load: a crond burst (N crons firing at once, each sending running then idle with an
+execution_id; 10 % duplicated and 5 % reordered callbacks) over 16 keep-alive clients,
+then a sustained run of the same waves (>= 50,000 callbacks by default), interleaved
+between the servers in rounds so that a noisy neighbour hits all of them alike.
+
+Also measured in the same run: a write floor (one SQLite transaction updating one row,
+same pragmas) and each server's time from process start to its first /health 200.
+
+Prints a table and the budgets on stdout, progress on stderr, and writes a JSON file.
+The client side uses only the standard library; the servers run under --python (a
+Python with flask, waitress and peewee; by default this one if it has them, else the
+repository's .venv).
+"""
+from __future__ import annotations
+
+import argparse
+import http.client
+import itertools
+import json
+import os
+import platform
+import random
+import re
+import shutil
+import signal
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from importlib.util import find_spec
+from urllib.parse import urlsplit, urlunsplit
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+STARTUP_LINE = re.compile(rb"serving http://127\.0\.0\.1:(\d+)")
+MIB = 1024 * 1024
+
+# The floor: what Flask + waitress cost with nothing of ours in between. Same imports
+# (peewee too: it loads sqlite3 and any installed PostgreSQL driver), same threads, same
+# waitress options and the same route; no database.
+FLOOR_SOURCE = r'''
+import logging, os, sys
+import peewee  # noqa: F401  (the product imports it: its import cost belongs to the floor)
+from flask import Flask, Response, jsonify, request
+from waitress.server import create_server
+
+app = Flask("floor")
+OK_BODY = b'{"code":200}\n'
+WRITE_DB = os.environ.get("FLOOR_WRITE_DB")
+
+
+@app.route("/open/crons/status", methods=["PUT", "POST"])
+def status():
+    raw = request.get_data(cache=False)
+    if WRITE_DB:
+        write(raw)
+    return Response(OK_BODY, status=200, mimetype="application/json")
+
+
+if WRITE_DB:
+    # The write reference: the least any product can do per callback, one transaction that
+    # updates one row (same pragmas, one connection under a lock, no ORM).
+    import json, sqlite3, threading
+    conn = sqlite3.connect(WRITE_DB, isolation_level=None, check_same_thread=False)
+    for pragma in ("journal_mode=wal", "synchronous=normal", "cache_size=-1024"):
+        conn.execute("PRAGMA " + pragma)
+    conn.execute("CREATE TABLE IF NOT EXISTS crons (id INTEGER PRIMARY KEY, status INTEGER, pid INTEGER)")
+    conn.executemany("INSERT OR IGNORE INTO crons (id, status) VALUES (?, 1)",
+                     [(i,) for i in range(1, 10001)])
+    lock = threading.Lock()
+
+    def write(raw):
+        body = json.loads(raw)
+        with lock:
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute("UPDATE crons SET status = ?, pid = ? WHERE id = ?",
+                         (int(body["status"]), int(body["pid"]), int(body["ids"][0])))
+            conn.execute("COMMIT")
+
+
+@app.route("/health", methods=["GET"])
+def health():
+    return jsonify(code=200, data={"status": "ok"})
+
+
+logging.basicConfig(level=logging.INFO, format="floor: %(levelname)s %(name)s: %(message)s")
+logging.getLogger("waitress.queue").setLevel(logging.ERROR)
+server = create_server(app, host="127.0.0.1", port=int(os.environ.get("QL_PORT", "0")),
+                       threads=int(os.environ.get("QL_THREADS", "4")),
+                       max_request_body_size=1024 * 1024, ident="qlshadow",
+                       clear_untrusted_proxy_headers=True)
+print(f"floor serving http://127.0.0.1:{server.effective_port}", flush=True)
+try:
+    server.run()
+except KeyboardInterrupt:
+    pass
+'''
+
+# The write floor: N transactions, each updating one row, with the product's pragmas.
+WRITE_FLOOR_SOURCE = r'''
+import os, sqlite3, sys
+
+def write_bytes():
+    with open("/proc/self/io") as fh:
+        for line in fh:
+            if line.startswith("write_bytes:"):
+                return int(line.split()[1])
+
+path, count, rows = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+conn = sqlite3.connect(path, isolation_level=None)
+conn.execute("PRAGMA journal_mode=wal")
+conn.execute("PRAGMA synchronous=normal")
+conn.execute("PRAGMA cache_size=-1024")
+conn.execute("CREATE TABLE crons (id INTEGER PRIMARY KEY, name TEXT, status INTEGER, "
+             "pid INTEGER, log_path TEXT, last_execution_time INTEGER)")
+conn.executemany("INSERT INTO crons (id, name, status) VALUES (?, ?, 1)",
+                 [(i, f"cron {i}") for i in range(1, rows + 1)])
+conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+os.sync()
+before = write_bytes()
+for n in range(count):
+    conn.execute("BEGIN IMMEDIATE")
+    conn.execute("UPDATE crons SET status = ?, pid = ? WHERE id = ?", (n % 2, n, n % rows + 1))
+    conn.execute("COMMIT")
+after = write_bytes()
+print(after - before)
+'''
+
+# PostgreSQL administration through the servers' driver (the client stays stdlib-only).
+PG_SOURCE = r'''
+import sys, psycopg2
+conn = psycopg2.connect(sys.argv[1], connect_timeout=3)
+conn.autocommit = True
+cur = conn.cursor()
+cur.execute(sys.argv[2])
+print(cur.fetchone()[0] if cur.description else "")
+'''
+
+_T0 = time.monotonic()
+
+
+def progress(message: str) -> None:
+    """One progress line on stderr."""
+    print(f"[bench {time.monotonic() - _T0:6.1f}s] {message}", file=sys.stderr, flush=True)
+
+
+# --- /proc ---------------------------------------------------------------------------------
+
+def proc_status(pid: int) -> dict:
+    """VmRSS and VmHWM of a process, in KiB."""
+    out = {}
+    with open(f"/proc/{pid}/status") as fh:
+        for line in fh:
+            key, _, value = line.partition(":")
+            if key in ("VmRSS", "VmHWM"):
+                out[key] = int(value.split()[0])
+    return out
+
+
+def proc_cpu_seconds(pid: int) -> float:
+    """User + system CPU time the process has used so far."""
+    with open(f"/proc/{pid}/stat") as fh:
+        fields = fh.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def proc_write_bytes(pid: int) -> int:
+    """Bytes this process caused to be sent to storage (/proc/<pid>/io write_bytes)."""
+    with open(f"/proc/{pid}/io") as fh:
+        for line in fh:
+            if line.startswith("write_bytes:"):
+                return int(line.split()[1])
+    raise RuntimeError(f"no write_bytes in /proc/{pid}/io")
+
+
+# --- PostgreSQL ----------------------------------------------------------------------------
+
+def pg_url_for(base: str, name: str) -> str:
+    parts = urlsplit(base)
+    return urlunsplit((parts.scheme, parts.netloc, "/" + name, parts.query, ""))
+
+
+def pg_query(python: str, url: str, sql: str) -> str:
+    result = subprocess.run([python, "-c", PG_SOURCE, url, sql], capture_output=True,
+                            text=True, timeout=60)
+    if result.returncode != 0:
+        lines = result.stderr.strip().splitlines()
+        raise RuntimeError(lines[-1] if lines else f"exit {result.returncode}")
+    return result.stdout.strip()
+
+
+# --- servers -------------------------------------------------------------------------------
+
+class Server:
+    """One server process under test, started by the bench and stopped by its PID."""
+
+    def __init__(self, name: str, argv: list, env: dict, workdir: str, db_path: str | None,
+                 pg: tuple | None = None):
+        self.name, self.argv, self.env, self.workdir = name, argv, env, workdir
+        self.db_path = db_path  # SQLite file (its -wal beside it), or None
+        self.pg = pg  # (python, url) for PostgreSQL size queries, or None
+        self.process = None
+        self.port = None
+        self.token = ""
+        self.cron_ids: list = []
+        self.figures: dict = {}
+        self._log = None
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def start(self) -> float:
+        """Start the process; returns seconds from spawn to the first /health 200."""
+        log_path = os.path.join(self.workdir, f"{self.name}.log")
+        self._log = open(log_path, "ab")
+        offset = self._log.tell()
+        began = time.monotonic()
+        self.process = subprocess.Popen(self.argv, env=self.env, cwd=ROOT, stdout=self._log,
+                                        stderr=subprocess.STDOUT)
+        deadline = began + 60
+        with open(log_path, "rb") as fh:
+            while True:
+                fh.seek(offset)
+                match = STARTUP_LINE.search(fh.read())
+                if match:
+                    self.port = int(match.group(1))
+                    break
+                if self.process.poll() is not None or time.monotonic() > deadline:
+                    fh.seek(offset)
+                    output = fh.read().decode("utf-8", "replace")
+                    self.stop()
+                    raise RuntimeError(f"{self.name} did not start:\n{output}")
+                time.sleep(0.002)
+        while True:
+            try:
+                status, _ = request(self.port, "GET", "/health", timeout=5)
+                if status == 200:
+                    return time.monotonic() - began
+            except OSError:
+                pass
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"{self.name} never answered /health 200")
+            time.sleep(0.002)
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(10)
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+    def storage_bytes(self):
+        """Database (+ WAL) size in bytes, or None for the floor."""
+        if self.db_path:
+            return sum(os.path.getsize(p) for p in (self.db_path, self.db_path + "-wal")
+                       if os.path.exists(p))
+        if self.pg:
+            return int(pg_query(self.pg[0], self.pg[1], "SELECT pg_database_size(current_database())"))
+        return None
+
+    def headers(self) -> dict:
+        headers = {"Content-Type": "application/json"}
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
+        return headers
+
+
+def request(port: int, method: str, path: str, body=None, headers=None, timeout=30):
+    """One request on a fresh connection; returns (status, raw body)."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        conn.request(method, path, body=body, headers=headers or {})
+        response = conn.getresponse()
+        return response.status, response.read()
+    finally:
+        conn.close()
+
+
+def product_env(workdir: str, db_url: str, shadow: bool, threads: int) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("QL_", "QL3_"))}
+    env.update({"QL_DATA_DIR": workdir, "QL_DB_URL": db_url, "QL_HOST": "127.0.0.1",
+                "QL_PORT": "0", "QL_THREADS": str(threads), "QL_SCHEDULER": "node",
+                "QL_CRONTAB_INSTALL": "", "QL3_SHADOW_ORIGINS": "scheduled_system" if shadow else ""})
+    return env
+
+
+def make_product(name: str, python: str, base: str, db_url: str, shadow: bool, threads: int,
+                 db_path=None, pg=None) -> Server:
+    """A product server whose data dir holds a fresh database and a system token."""
+    workdir = os.path.join(base, name)
+    os.makedirs(workdir)
+    env = product_env(workdir, db_url, shadow, threads)
+    # The token the shell scripts would use, made the way they make it.
+    result = subprocess.run([python, "-m", "app.cli", "token", "system"], env=env, cwd=ROOT,
+                            capture_output=True, text=True, timeout=120)
+    if result.returncode != 0:
+        raise RuntimeError(f"{name}: qlshadow token system failed: {result.stderr.strip()}")
+    server = Server(name, [python, "-m", "app.cli", "serve"], env, workdir, db_path, pg)
+    with open(os.path.join(workdir, "token.json")) as fh:
+        server.token = json.load(fh)["value"]
+    return server
+
+
+def make_floor(python: str, base: str, threads: int, write: bool = False) -> Server:
+    """The floor app; with write=True the write reference (one-row transaction per callback)."""
+    name = "floor_write" if write else "floor"
+    workdir = os.path.join(base, name)
+    os.makedirs(workdir)
+    path = os.path.join(workdir, "floor_app.py")
+    with open(path, "w") as fh:
+        fh.write(FLOOR_SOURCE)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("QL_", "QL3_", "FLOOR_"))}
+    env.update({"QL_PORT": "0", "QL_THREADS": str(threads)})
+    if write:
+        env["FLOOR_WRITE_DB"] = os.path.join(workdir, "floor.db")
+    return Server(name, [python, path], env, workdir, None)
+
+
+def create_crons(server: Server, count: int) -> None:
+    """Create the bench's crons through the API (the floor needs none)."""
+    if server.name.startswith("floor"):
+        server.cron_ids = list(range(1, count + 1))
+        return
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+    ids = []
+    for n in range(count):
+        body = json.dumps({"name": f"bench {n}", "command": f"task bench_{n}.sh",
+                           "schedule": f"{n % 60} * * * *"}).encode()
+        conn.request("POST", "/open/crons", body=body, headers=server.headers())
+        response = conn.getresponse()
+        raw = response.read()
+        if response.status != 200:
+            raise RuntimeError(f"{server.name}: creating a cron failed: {response.status} {raw[:200]!r}")
+        ids.append(json.loads(raw)["data"]["id"])
+    conn.close()
+    server.cron_ids = ids
+
+
+# --- load ----------------------------------------------------------------------------------
+
+def wave(cron_ids: list, number: int, seed: int, dup: float, reorder: float, base_time: int) -> list:
+    """One crond minute: every cron starts, then finishes; some callbacks doubled or swapped.
+
+    Deterministic in (seed, number), so every server gets the same callbacks.
+    """
+    rng = random.Random(seed * 1_000_003 + number)
+    begin = base_time + number * 60
+    runnings, idles = [], []
+    for index, cron_id in enumerate(cron_ids):
+        execution_id = f"legacy-system:{begin}:{uuid.UUID(int=rng.getrandbits(128), version=4)}"
+        pid = rng.randint(100, 4_000_000)
+        log_path = f"/ql/data/log/bench_{index}/{begin}-{pid}.log"
+        common = {"ids": [str(cron_id)], "pid": str(pid), "log_path": log_path,
+                  "execution_id": execution_id}
+        runnings.append(json.dumps({**common, "status": 0, "last_execution_time": begin}).encode())
+        idles.append(json.dumps({**common, "status": 1, "last_running_time": rng.randint(1, 90),
+                                 "exit_code": 0 if rng.random() < 0.9 else 1}).encode())
+    order = list(range(len(cron_ids)))
+    rng.shuffle(order)
+    sequence = [runnings[i] for i in order]
+    rng.shuffle(order)
+    finishing = [idles[i] for i in order]
+    # Reordered: the finish arrives before the start of the same execution.
+    for i in rng.sample(range(len(cron_ids)), int(round(len(cron_ids) * reorder))):
+        finishing.remove(idles[i])
+        sequence.insert(sequence.index(runnings[i]), idles[i])
+    sequence += finishing
+    # Duplicated: a callback resent (its response was lost) a little later.
+    for i in sorted(rng.sample(range(len(sequence)), int(round(len(sequence) * dup))), reverse=True):
+        sequence.insert(rng.randint(i + 1, min(len(sequence), i + 1 + len(cron_ids))), sequence[i])
+    return sequence
+
+
+def drive(port: int, bodies: list, clients: int, headers: dict) -> dict:
+    """Send bodies over `clients` keep-alive connections; returns timings and errors."""
+    counter = itertools.count()
+    latencies: list = []
+    errors: list = []
+    barrier = threading.Barrier(clients + 1)
+
+    def client():
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        conn.connect()
+        mine = []
+        barrier.wait()
+        total = len(bodies)
+        perf = time.perf_counter
+        while True:
+            i = next(counter)
+            if i >= total:
+                break
+            t = perf()
+            try:
+                conn.request("PUT", "/open/crons/status", body=bodies[i], headers=headers)
+                response = conn.getresponse()
+                raw = response.read()
+                if response.status != 200:
+                    errors.append(f"{response.status} {raw[:120]!r}")
+            except (OSError, http.client.HTTPException) as exc:
+                errors.append(f"{type(exc).__name__}: {exc}")
+                conn.close()
+                conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+            mine.append(perf() - t)
+        conn.close()
+        latencies.extend(mine)
+
+    threads = [threading.Thread(target=client, daemon=True) for _ in range(clients)]
+    for thread in threads:
+        thread.start()
+    barrier.wait()
+    began = time.perf_counter()
+    for thread in threads:
+        thread.join()
+    return {"seconds": time.perf_counter() - began, "latencies": latencies, "errors": errors}
+
+
+def percentile(sorted_values: list, fraction: float) -> float:
+    if not sorted_values:
+        return 0.0
+    index = min(len(sorted_values) - 1, max(0, int(round(fraction * len(sorted_values) + 0.5)) - 1))
+    return sorted_values[index]
+
+
+def summarize(callbacks: int, seconds: float, latencies: list, errors: list) -> dict:
+    ordered = sorted(latencies)
+    return {
+        "callbacks": callbacks,
+        "seconds": round(seconds, 4),
+        "callbacks_per_s": round(callbacks / seconds, 1) if seconds > 0 else 0.0,
+        "p50_ms": round(percentile(ordered, 0.50) * 1000, 3),
+        "p95_ms": round(percentile(ordered, 0.95) * 1000, 3),
+        "p99_ms": round(percentile(ordered, 0.99) * 1000, 3),
+        "errors": len(errors),
+        "first_error": errors[0] if errors else None,
+    }
+
+
+# --- the run -------------------------------------------------------------------------------
+
+def machine(python: str, workdir: str, pg_version) -> dict:
+    def read(path):
+        try:
+            with open(path) as fh:
+                return fh.read()
+        except OSError:
+            return ""
+    cpu = next((line.split(":", 1)[1].strip() for line in read("/proc/cpuinfo").splitlines()
+                if line.startswith("model name")), platform.processor() or "unknown")
+    mem = next((int(line.split()[1]) for line in read("/proc/meminfo").splitlines()
+                if line.startswith("MemTotal:")), 0)
+    versions = subprocess.run(
+        [python, "-c", "import sys, sqlite3, importlib.metadata as m; print(sys.version.split()[0]);"
+         " print(sqlite3.sqlite_version);"
+         " print(' '.join(p + '=' + m.version(p) for p in ('flask', 'waitress', 'peewee')))"],
+        capture_output=True, text=True, timeout=60).stdout.split("\n")
+    fs = subprocess.run(["df", "-T", workdir], capture_output=True, text=True).stdout.splitlines()
+    return {
+        "nproc": os.cpu_count(),
+        "cpu": cpu,
+        "mem_total_mib": mem // 1024,
+        "filesystem": " ".join(fs[-1].split()[:2]) if len(fs) > 1 else "unknown",
+        "kernel": platform.release(),
+        "python": versions[0] if versions else "",
+        "sqlite": versions[1] if len(versions) > 1 else "",
+        "packages": versions[2] if len(versions) > 2 else "",
+        "postgresql": pg_version,
+    }
+
+
+def write_floor(python: str, base: str, count: int, rows: int) -> dict:
+    path = os.path.join(base, "write-floor.db")
+    result = subprocess.run([python, "-c", WRITE_FLOOR_SOURCE, path, str(count), str(rows)],
+                            capture_output=True, text=True, timeout=600)
+    if result.returncode != 0:
+        raise RuntimeError(f"write floor failed: {result.stderr.strip()}")
+    written = int(result.stdout.strip())
+    return {"transactions": count, "write_bytes": written,
+            "bytes_per_transaction": round(written / count, 1)}
+
+
+def row_counts(server: Server):
+    """Rows the run left behind (a sanity check that Shadow really wrote), or None."""
+    queries = {"runs": "SELECT count(*) FROM shadow_runs",
+               "exited_runs": "SELECT count(*) FROM shadow_runs WHERE state = 'exited'",
+               "accept_failures": "SELECT count(*) FROM shadow_failures",
+               "instances": "SELECT count(*) FROM running_instances"}
+    if server.db_path:
+        conn = sqlite3.connect(f"file:{server.db_path}?mode=ro", uri=True)
+        try:
+            return {k: conn.execute(q).fetchone()[0] for k, q in queries.items()}
+        finally:
+            conn.close()
+    if server.pg:
+        return {k: int(pg_query(server.pg[0], server.pg[1], q)) for k, q in queries.items()}
+    return None
+
+
+def run(args) -> dict:
+    python = args.python
+    base = tempfile.mkdtemp(prefix="qlshadow-bench-", dir=args.workdir)
+    servers: list = []
+    pg_databases: list = []
+    skipped = {}
+    try:
+        pg_version = None
+        if args.pg_url:
+            try:
+                pg_version = pg_query(python, pg_url_for(args.pg_url, "postgres"), "SHOW server_version")
+            except Exception as exc:  # unreachable or no driver: the PostgreSQL rows are skipped
+                skipped["postgresql"] = str(exc)
+                progress(f"PostgreSQL skipped: {exc}")
+        else:
+            skipped["postgresql"] = "--pg-url is empty"
+
+        progress(f"write floor: {args.write_floor} one-row transactions")
+        floor_writes = write_floor(python, base, args.write_floor, args.crons)
+        progress(f"write floor: {floor_writes['bytes_per_transaction']} bytes per transaction")
+
+        servers.append(make_floor(python, base, args.threads))
+        servers.append(make_floor(python, base, args.threads, write=True))
+        for shadow in (False, True):
+            name = f"sqlite_{'on' if shadow else 'off'}"
+            path = os.path.join(base, name, "qlshadow.db")
+            servers.append(make_product(name, python, base, f"sqlite:///{path}", shadow,
+                                        args.threads, db_path=path))
+        if pg_version:
+            for shadow in (False, True):
+                name = f"pg_{'on' if shadow else 'off'}"
+                db_name = f"qlshadow_bench_{uuid.uuid4().hex[:12]}"
+                pg_query(python, pg_url_for(args.pg_url, "postgres"), f'CREATE DATABASE "{db_name}"')
+                pg_databases.append(db_name)
+                url = pg_url_for(args.pg_url, db_name)
+                servers.append(make_product(name, python, base, url, shadow, args.threads,
+                                            pg=(python, url)))
+
+        # Start-up: each server started args.starts times, round-robin; the last start stays.
+        starts = {s.name: [] for s in servers}
+        for k in range(args.starts):
+            for server in servers:
+                starts[server.name].append(server.start())
+                if k < args.starts - 1:
+                    server.stop()
+        for server in servers:
+            server.figures["startup_s"] = round(statistics.median(starts[server.name]), 4)
+            server.figures["startup_all_s"] = [round(x, 4) for x in starts[server.name]]
+        progress("start-up to first /health 200: " + ", ".join(
+            f"{s.name} {s.figures['startup_s'] * 1000:.0f} ms" for s in servers))
+
+        time.sleep(args.settle)
+        for server in servers:
+            server.figures["idle_rss_kib"] = proc_status(server.pid)["VmRSS"]
+
+        for server in servers:
+            create_crons(server, args.crons)
+        progress(f"created {args.crons} crons on each product server through the API")
+
+        seed = args.seed
+        base_time = 1_764_460_800
+        for server in servers:
+            bodies = wave(server.cron_ids, 0, seed, args.dup, args.reorder, base_time)
+            result = drive(server.port, bodies, args.clients, server.headers())
+            burst = summarize(len(bodies), result["seconds"], result["latencies"], result["errors"])
+            burst["peak_rss_kib"] = proc_status(server.pid)["VmHWM"]
+            server.figures["burst"] = burst
+            progress(f"burst {server.name}: {len(bodies)} callbacks, "
+                     f"{burst['callbacks_per_s']:.0f}/s, p99 {burst['p99_ms']:.1f} ms, "
+                     f"peak RSS {burst['peak_rss_kib'] / 1024:.1f} MiB, errors {burst['errors']}")
+
+        per_wave = len(wave(list(range(1, args.crons + 1)), 1, seed, args.dup, args.reorder, base_time))
+        waves = max(1, -(-args.sustained // per_wave))
+        rounds = max(1, min(args.rounds, waves))
+        state = {}
+        for server in servers:
+            state[server.name] = {
+                "rss_start": proc_status(server.pid)["VmRSS"],
+                "write_start": proc_write_bytes(server.pid),
+                "cpu_start": proc_cpu_seconds(server.pid),
+                "size_start": server.storage_bytes(),
+                "seconds": 0.0, "callbacks": 0, "latencies": [], "errors": [],
+            }
+        progress(f"sustained: {waves} waves x {per_wave} callbacks per server, in {rounds} rounds")
+        for r in range(rounds):
+            numbers = range(1 + r * waves // rounds, 1 + (r + 1) * waves // rounds)
+            # Rotate the order each round so no server always follows the same neighbour.
+            for server in servers[r % len(servers):] + servers[:r % len(servers)]:
+                bodies = [b for n in numbers
+                          for b in wave(server.cron_ids, n, seed, args.dup, args.reorder, base_time)]
+                result = drive(server.port, bodies, args.clients, server.headers())
+                st = state[server.name]
+                st["seconds"] += result["seconds"]
+                st["callbacks"] += len(bodies)
+                st["latencies"].extend(result["latencies"])
+                st["errors"].extend(result["errors"])
+            progress(f"sustained round {r + 1}/{rounds}: " + ", ".join(
+                f"{s.name} {state[s.name]['callbacks'] / state[s.name]['seconds']:.0f}/s"
+                for s in servers))
+
+        for server in servers:
+            st = state[server.name]
+            sustained = summarize(st["callbacks"], st["seconds"], st["latencies"], st["errors"])
+            status = proc_status(server.pid)
+            written = proc_write_bytes(server.pid) - st["write_start"]
+            cpu = proc_cpu_seconds(server.pid) - st["cpu_start"]
+            executions = waves * len(server.cron_ids)
+            size_end = server.storage_bytes()
+            sustained.update({
+                "executions": executions,
+                "cpu_us_per_callback": round(cpu / st["callbacks"] * 1e6, 1),
+                "rss_start_kib": st["rss_start"],
+                "rss_end_kib": status["VmRSS"],
+                "rss_growth_kib": status["VmRSS"] - st["rss_start"],
+                "peak_rss_kib": status["VmHWM"],
+                "write_bytes": written,
+                "write_bytes_per_callback": round(written / st["callbacks"], 1),
+                "storage_growth_bytes": None if size_end is None else size_end - st["size_start"],
+                "storage_growth_per_run": None if size_end is None
+                else round((size_end - st["size_start"]) / executions, 1),
+            })
+            server.figures["sustained"] = sustained
+            server.figures["rows"] = row_counts(server)
+    finally:
+        for server in servers:
+            server.stop()
+        for db_name in pg_databases:
+            try:
+                pg_query(python, pg_url_for(args.pg_url, "postgres"),
+                         f'DROP DATABASE IF EXISTS "{db_name}" WITH (FORCE)')
+            except Exception as exc:
+                progress(f"could not drop PostgreSQL database {db_name}: {exc}")
+        if args.keep:
+            progress(f"kept {base}")
+        else:
+            shutil.rmtree(base, ignore_errors=True)
+
+    results = {
+        "command": " ".join(["python3", "scripts/bench.py", *sys.argv[1:]]),
+        "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "smoke": args.smoke,
+        "machine": machine(python, args.workdir or tempfile.gettempdir(), pg_version),
+        "params": {k: getattr(args, k) for k in ("crons", "clients", "threads", "sustained",
+                                                  "dup", "reorder", "write_floor", "starts",
+                                                  "rounds", "seed")},
+        "write_floor": floor_writes,
+        "servers": {s.name: s.figures for s in servers},
+        "skipped": skipped,
+    }
+    results["budgets"] = budgets(results)
+    results["references"] = references(results)
+    return results
+
+
+def references(results: dict) -> list:
+    """Ratios that are not budgets but show what the stack itself allows."""
+    s = results["servers"]
+    floor, write, on = s["floor"]["sustained"], s["floor_write"]["sustained"], s["sqlite_on"]["sustained"]
+
+    def ratio(a, b):
+        return round(a / b, 3) if b else float("inf")
+
+    return [
+        {"figure": "write reference callbacks/s / floor requests/s",
+         "value": ratio(write["callbacks_per_s"], floor["callbacks_per_s"])},
+        {"figure": "Shadow-on callbacks/s / write reference",
+         "value": ratio(on["callbacks_per_s"], write["callbacks_per_s"])},
+        {"figure": "write reference server CPU per callback / floor's",
+         "value": ratio(write["cpu_us_per_callback"], floor["cpu_us_per_callback"])},
+        {"figure": "Shadow-on server CPU per callback / floor's",
+         "value": ratio(on["cpu_us_per_callback"], floor["cpu_us_per_callback"])},
+    ]
+
+
+def budgets(results: dict) -> list:
+    """The issue's budgets as ratios of figures from this run (SQLite; Shadow on unless said)."""
+    s = results["servers"]
+    floor, off, on = s["floor"], s["sqlite_off"], s["sqlite_on"]
+    wf = results["write_floor"]["bytes_per_transaction"] or 1
+
+    def ratio(a, b):
+        return round(a / b, 3) if b else float("inf")
+
+    rows = [
+        ("callbacks/s / floor requests/s", ratio(on["sustained"]["callbacks_per_s"],
+                                                 floor["sustained"]["callbacks_per_s"]), ">=", 0.5),
+        ("Shadow-on / Shadow-off callbacks/s", ratio(on["sustained"]["callbacks_per_s"],
+                                                     off["sustained"]["callbacks_per_s"]), ">=", 0.75),
+        ("p99 latency / floor p99", ratio(on["sustained"]["p99_ms"], floor["sustained"]["p99_ms"]),
+         "<=", 3.0),
+        ("idle RSS / floor idle RSS", ratio(on["idle_rss_kib"], floor["idle_rss_kib"]), "<=", 1.10),
+        ("peak RSS in the burst / floor peak", ratio(on["burst"]["peak_rss_kib"],
+                                                     floor["burst"]["peak_rss_kib"]), "<=", 1.15),
+        (f"RSS growth over {on['sustained']['callbacks']} callbacks (MiB)",
+         round(on["sustained"]["rss_growth_kib"] / 1024, 3), "<=", 2.0),
+        ("bytes written per callback / write floor, Shadow on",
+         ratio(on["sustained"]["write_bytes_per_callback"], wf), "<=", 5.0),
+        ("bytes written per callback / write floor, Shadow off",
+         ratio(off["sustained"]["write_bytes_per_callback"], wf), "<=", 3.0),
+        ("start to first /health 200 / floor's", ratio(on["startup_s"], floor["startup_s"]),
+         "<=", 1.5),
+    ]
+    out = []
+    for figure, value, op, limit in rows:
+        ok = value >= limit if op == ">=" else value <= limit
+        out.append({"figure": figure, "value": value, "op": op, "limit": limit, "pass": ok})
+    return out
+
+
+def render(results: dict) -> str:
+    """The figures and budgets as plain-text tables."""
+    servers = results["servers"]
+    names = list(servers)
+    lines = [f"# {results['command']}",
+             "# " + ", ".join(f"{k}={v}" for k, v in results["machine"].items()), ""]
+
+    def get(fig, path):
+        value = fig
+        for key in path:
+            value = value.get(key) if isinstance(value, dict) else None
+        return value
+
+    rows = [
+        ("start to /health 200 (ms)", ("startup_s",), 1000),
+        ("idle RSS (MiB)", ("idle_rss_kib",), 1 / 1024),
+        ("burst callbacks", ("burst", "callbacks"), 1),
+        ("burst callbacks/s", ("burst", "callbacks_per_s"), 1),
+        ("burst p99 (ms)", ("burst", "p99_ms"), 1),
+        ("burst peak RSS (MiB)", ("burst", "peak_rss_kib"), 1 / 1024),
+        ("sustained callbacks", ("sustained", "callbacks"), 1),
+        ("sustained callbacks/s", ("sustained", "callbacks_per_s"), 1),
+        ("p50 (ms)", ("sustained", "p50_ms"), 1),
+        ("p95 (ms)", ("sustained", "p95_ms"), 1),
+        ("p99 (ms)", ("sustained", "p99_ms"), 1),
+        ("server CPU per callback (us)", ("sustained", "cpu_us_per_callback"), 1),
+        ("errors (burst+sustained)", None, 1),
+        ("RSS growth, sustained (MiB)", ("sustained", "rss_growth_kib"), 1 / 1024),
+        ("peak RSS (MiB)", ("sustained", "peak_rss_kib"), 1 / 1024),
+        ("bytes written per callback", ("sustained", "write_bytes_per_callback"), 1),
+        ("db+WAL growth per Run (bytes)", ("sustained", "storage_growth_per_run"), 1),
+        ("Shadow Runs stored", ("rows", "runs"), 1),
+        ("accept failures stored", ("rows", "accept_failures"), 1),
+    ]
+    width = max(len(r[0]) for r in rows)
+    lines.append(f"{'':{width}}  " + "  ".join(f"{n:>11}" for n in names))
+    for label, path, scale in rows:
+        cells = []
+        for n in names:
+            if path is None:
+                value = servers[n]["burst"]["errors"] + servers[n]["sustained"]["errors"]
+            else:
+                value = get(servers[n], path)
+            if value is None:
+                cells.append(f"{'-':>11}")
+            elif scale == 1 and isinstance(value, int):
+                cells.append(f"{value:>11}")
+            else:
+                v = value * scale
+                cells.append(f"{v:>11.{1 if abs(v) >= 10 else 2}f}")
+        lines.append(f"{label:{width}}  " + "  ".join(cells))
+    wf = results["write_floor"]
+    lines += ["", f"write floor: {wf['bytes_per_transaction']} bytes per one-row transaction "
+                  f"({wf['transactions']} transactions)"]
+    if results["skipped"]:
+        lines.append("skipped: " + "; ".join(f"{k}: {v}" for k, v in results["skipped"].items()))
+    lines += ["", "References (not budgets: what the stack itself allows):"]
+    rw = max(len(r["figure"]) for r in results["references"])
+    for r in results["references"]:
+        lines.append(f"  {r['figure']:{rw}}  {r['value']:>8.3f}")
+    lines += ["", "Budgets (SQLite, Shadow on unless said):"]
+    bw = max(len(b["figure"]) for b in results["budgets"])
+    for b in results["budgets"]:
+        mark = "pass" if b["pass"] else "FAIL"
+        if results["smoke"]:
+            mark = "(smoke: not judged)"
+        lines.append(f"  {b['figure']:{bw}}  {b['value']:>8.3f} {b['op']} {b['limit']:<5}  {mark}")
+    return "\n".join(lines)
+
+
+def default_python() -> str:
+    """This interpreter if it can run the servers, else the repository's virtualenv."""
+    if all(find_spec(m) for m in ("flask", "waitress", "peewee")):
+        return sys.executable
+    venv = os.path.join(ROOT, ".venv", "bin", "python")
+    return venv if os.path.exists(venv) else sys.executable
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="bench.py", description=__doc__.split("\n\n")[0],
+        epilog="Budgets are judged on SQLite with Shadow on unless said; --smoke runs tiny "
+               "counts in seconds and judges nothing.")
+    parser.add_argument("--crons", type=int, default=200, help="crons firing at once (default 200)")
+    parser.add_argument("--clients", type=int, default=16, help="concurrent keep-alive clients (16)")
+    parser.add_argument("--threads", type=int, default=4, help="waitress threads per server (4)")
+    parser.add_argument("--sustained", type=int, default=50_000, metavar="N",
+                        help="callbacks per server in the sustained run (default 50000)")
+    parser.add_argument("--dup", type=float, default=0.10, help="share of duplicated callbacks (0.10)")
+    parser.add_argument("--reorder", type=float, default=0.05,
+                        help="share of executions whose finish arrives first (0.05)")
+    parser.add_argument("--write-floor", type=int, default=20_000, metavar="N",
+                        help="one-row transactions in the write floor (default 20000)")
+    parser.add_argument("--starts", type=int, default=3,
+                        help="start-ups per server; the median is reported (3)")
+    parser.add_argument("--rounds", type=int, default=10,
+                        help="rounds the sustained run is split into, rotating servers (10)")
+    parser.add_argument("--settle", type=float, default=0.5,
+                        help="seconds to wait after start-up before reading idle RSS (0.5)")
+    parser.add_argument("--seed", type=int, default=446, help="seed of the generated load")
+    parser.add_argument("--pg-url", default="postgresql://postgres@127.0.0.1:5432/",
+                        help="PostgreSQL server; a uniquely named database is created and "
+                             "dropped there ('' skips PostgreSQL)")
+    parser.add_argument("--python", default=None,
+                        help="interpreter for the servers (needs flask, waitress, peewee)")
+    parser.add_argument("--workdir", default=None, help="where the temp dir goes (default: $TMPDIR)")
+    parser.add_argument("--json", default="bench-results.json", metavar="PATH",
+                        help="where to write the JSON results (default ./bench-results.json)")
+    parser.add_argument("--keep", action="store_true", help="keep the temp dir (databases, logs)")
+    parser.add_argument("--smoke", action="store_true",
+                        help="tiny counts, a few seconds, no judgement: checks the harness works")
+    parser.add_argument("--serve-floor", action="store_true",
+                        help="run the floor app in this process (QL_PORT, QL_THREADS) and exit")
+    return parser
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.serve_floor:
+        exec(compile(FLOOR_SOURCE, "floor_app", "exec"), {"__name__": "__main__"})
+        return 0
+    if args.smoke:
+        args.crons, args.sustained, args.write_floor = 6, 150, 300
+        args.clients, args.starts, args.rounds, args.settle = 4, 1, 2, 0.1
+    args.python = args.python or default_python()
+    if not sys.platform.startswith("linux"):
+        print("bench.py: needs Linux (/proc/<pid>/status and /proc/<pid>/io)", file=sys.stderr)
+        return 2
+    results = run(args)
+    with open(args.json, "w") as fh:
+        json.dump(results, fh, indent=2)
+    print(render(results))
+    progress(f"wrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,141 @@
+"""scripts/bench.py --smoke: the benchmark harness runs end to end and reports every figure.
+
+Only the shape of the results is checked, never their values: timings on a shared machine
+prove nothing in a test suite. The budgets are judged by a full run, by hand.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BENCH = os.path.join(ROOT, "scripts", "bench.py")
+NUMBER = (int, float)
+
+LOAD_FIGURES = {"callbacks": int, "seconds": NUMBER, "callbacks_per_s": NUMBER,
+                "p50_ms": NUMBER, "p95_ms": NUMBER, "p99_ms": NUMBER, "errors": int}
+SUSTAINED_FIGURES = {**LOAD_FIGURES, "executions": int, "cpu_us_per_callback": NUMBER, "rss_start_kib": int,
+                     "rss_end_kib": int, "rss_growth_kib": int, "peak_rss_kib": int,
+                     "write_bytes": int, "write_bytes_per_callback": NUMBER}
+STORAGE_FIGURES = ("storage_growth_bytes", "storage_growth_per_run")
+ROW_FIGURES = ("runs", "exited_runs", "accept_failures", "instances")
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory):
+    """Run the smoke mode once for every test of this file; returns (process, results)."""
+    out = tmp_path_factory.mktemp("bench")
+    path = out / "bench.json"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("QL_", "QL3_"))}
+    pg_url = os.environ.get("QL_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/")
+    process = subprocess.run(
+        [sys.executable, BENCH, "--smoke", "--json", str(path), "--workdir", str(out),
+         "--python", sys.executable, "--pg-url", pg_url],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
+    results = json.loads(path.read_text()) if path.exists() else None
+    return process, results
+
+
+def _servers(results) -> list:
+    names = ["floor", "floor_write", "sqlite_off", "sqlite_on"]
+    if os.environ.get("QL_REQUIRE_POSTGRES") == "1" or "postgresql" not in results["skipped"]:
+        names += ["pg_off", "pg_on"]
+    return names
+
+
+def _check_types(figures: dict, expected: dict) -> list:
+    return [key for key, kind in expected.items()
+            if isinstance(figures.get(key), bool) or not isinstance(figures.get(key), kind)]
+
+
+def test_it_exits_zero(smoke):
+    process, _ = smoke
+    assert process.returncode == 0, process.stderr[-3000:]
+
+
+def test_it_prints_the_table_and_the_budgets(smoke):
+    process, _ = smoke
+    assert "sustained callbacks/s" in process.stdout
+    assert "Budgets" in process.stdout
+
+
+def test_it_shows_progress_on_stderr(smoke):
+    process, _ = smoke
+    assert "[bench" in process.stderr
+
+
+def test_it_writes_a_write_floor_per_transaction(smoke):
+    _, results = smoke
+    assert _check_types(results["write_floor"], {"transactions": int, "write_bytes": int,
+                                                 "bytes_per_transaction": NUMBER}) == []
+
+
+def test_it_measures_every_server_it_must(smoke):
+    _, results = smoke
+    missing = [name for name in _servers(results) if name not in results["servers"]]
+    assert missing == [], results.get("skipped")
+
+
+def test_it_reports_start_up_and_idle_memory_of_every_server(smoke):
+    _, results = smoke
+    bad = {name: _check_types(results["servers"][name],
+                              {"startup_s": NUMBER, "idle_rss_kib": int, "startup_all_s": list})
+           for name in _servers(results)}
+    assert bad == {name: [] for name in bad}
+
+
+def test_it_reports_the_burst_of_every_server(smoke):
+    _, results = smoke
+    bad = {name: _check_types(results["servers"][name]["burst"],
+                              {**LOAD_FIGURES, "peak_rss_kib": int})
+           for name in _servers(results)}
+    assert bad == {name: [] for name in bad}
+
+
+def test_it_reports_the_sustained_run_of_every_server(smoke):
+    _, results = smoke
+    bad = {name: _check_types(results["servers"][name]["sustained"], SUSTAINED_FIGURES)
+           for name in _servers(results)}
+    assert bad == {name: [] for name in bad}
+
+
+def test_it_reports_storage_growth_of_every_product_server(smoke):
+    _, results = smoke
+    bad = {name: [key for key in STORAGE_FIGURES
+                  if not isinstance(results["servers"][name]["sustained"][key], NUMBER)]
+           for name in _servers(results) if not name.startswith("floor")}
+    assert bad == {name: [] for name in bad}
+
+
+def test_it_counts_the_rows_each_product_server_stored(smoke):
+    _, results = smoke
+    bad = {name: [key for key in ROW_FIGURES
+                  if not isinstance((results["servers"][name]["rows"] or {}).get(key), int)]
+           for name in _servers(results) if not name.startswith("floor")}
+    assert bad == {name: [] for name in bad}
+
+
+def test_it_judges_every_budget_as_a_ratio(smoke):
+    _, results = smoke
+    budgets = results["budgets"]
+    assert len(budgets) == 9
+    assert all(isinstance(b["value"], NUMBER) and isinstance(b["limit"], NUMBER)
+               and isinstance(b["pass"], bool) and b["op"] in ("<=", ">=") for b in budgets)
+
+
+def test_it_reports_the_references_as_ratios(smoke):
+    _, results = smoke
+    references = results["references"]
+    assert references
+    assert all(isinstance(r["figure"], str) and isinstance(r["value"], NUMBER) for r in references)
+
+
+def test_it_describes_the_machine(smoke):
+    _, results = smoke
+    machine = results["machine"]
+    assert isinstance(machine["nproc"], int)
+    assert all(isinstance(machine[k], str) and machine[k] for k in ("cpu", "python", "sqlite"))
