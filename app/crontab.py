@@ -7,7 +7,8 @@ without it. The marker is written here and nowhere else.
 
 A line must work under crond's bare environment, so it names everything task.sh needs
 with absolute paths: the data dir (token, logs), the service URL, the qlshadow command
-for token refresh, and the database when the command could not find it by itself.
+for token refresh, and the database when the command could not find it by itself; then
+the cron's work_dir, task_before and task_after, when set.
 """
 from __future__ import annotations
 
@@ -97,27 +98,49 @@ def log_name(cron: dict) -> str:
     return name if any(c.isalnum() for c in name) else f"cron_{cron['id']}"
 
 
+# The cron's hooks, passed only when set. task.sh decodes these and the command together
+# when QL_ESCAPED=1, so one flag covers every text a crontab line carries for the cron.
+HOOKS = (("QL_WORK_DIR", "work_dir"), ("QL_TASK_BEFORE", "task_before"),
+         ("QL_TASK_AFTER", "task_after"))
+_HOOK_NAMES = frozenset(name for name, _ in HOOKS)
+
+
 def task_env(settings, cron: dict) -> list:
     """(name, value) pairs a run of this cron needs, marker excluded, in line order."""
-    return [("ID", str(cron["id"])),
-            ("QL_DATA_DIR", os.path.abspath(settings.data_dir)),
-            ("QL_BASE_URL", base_url(settings)),
-            ("QL_CLI", cli_command()),
-            *_cli_config(settings),
-            ("QL_LOG_NAME", log_name(cron))]
+    pairs = [("ID", str(cron["id"])),
+             ("QL_DATA_DIR", os.path.abspath(settings.data_dir)),
+             ("QL_BASE_URL", base_url(settings)),
+             ("QL_CLI", cli_command()),
+             *_cli_config(settings),
+             ("QL_LOG_NAME", log_name(cron))]
+    # A blank value means "none": it would only make task.sh cd into the data dir or eval
+    # nothing.
+    pairs += [(name, cron[field]) for name, field in HOOKS
+              if cron.get(field) and cron[field].strip()]
+    return pairs
+
+
+def needs_escape(text: str) -> bool:
+    """True when text cannot sit on a crontab line as it is (a % or a line break)."""
+    return any(c in text for c in "%\n\r")
+
+
+def shell_word(text: str, escaped: bool) -> str:
+    """text as one shell word, in printf %b form when escaped (task.sh undoes it).
+
+    A crontab line cannot hold a newline, and Vixie-style crons turn % into one; the
+    escaped form has neither.
+    """
+    if escaped:
+        text = (text.replace("\\", "\\\\").replace("%", "\\0045")
+                .replace("\n", "\\n").replace("\r", "\\r"))
+    return shlex.quote(text)
 
 
 def command_word(command: str) -> tuple:
-    """(escaped?, shell word) for the task command on a crontab line.
-
-    A crontab line cannot hold a newline, and Vixie-style crons turn % into one; such
-    commands are written with printf %b escapes that task.sh undoes (QL_ESCAPED=1).
-    """
-    if not any(c in command for c in "%\n\r"):
-        return False, shlex.quote(command)
-    escaped = (command.replace("\\", "\\\\").replace("%", "\\0045")
-               .replace("\n", "\\n").replace("\r", "\\r"))
-    return True, shlex.quote(escaped)
+    """(escaped?, shell word) for a task command alone; escaped only when it needs to be."""
+    escaped = needs_escape(command)
+    return escaped, shell_word(command, escaped)
 
 
 def line(settings, cron: dict, scripts: str) -> str:
@@ -127,13 +150,17 @@ def line(settings, cron: dict, scripts: str) -> str:
     active = (settings.scheduler == "system" and not cron.get("is_disabled")
               and field_count(cron["schedule"]) == 5 and extra in (None, "", "[]"))
     pairs = task_env(settings, cron)
+    # One flag for the command and the hooks: if any of them needs escaping, all are
+    # written escaped, so the same cron always gives the same line.
+    escaped = needs_escape(cron["command"]) or any(
+        needs_escape(value) for name, value in pairs if name in _HOOK_NAMES)
+    env = [f"{k}={shell_word(v, escaped and k in _HOOK_NAMES)}" for k, v in pairs]
     if active:
-        pairs.insert(1, tuple(MARKER.split("=", 1)))
-    escaped, word = command_word(cron["command"])
+        env.insert(1, MARKER)
     if escaped:
-        pairs.append(("QL_ESCAPED", "1"))
-    env = " ".join(f"{k}={shlex.quote(v)}" for k, v in pairs)
-    text = f"{cron['schedule']} {env} {shlex.quote(os.path.join(scripts, 'task.sh'))} {word}"
+        env.append("QL_ESCAPED=1")
+    word = shell_word(cron["command"], escaped)
+    text = f"{cron['schedule']} {' '.join(env)} {shlex.quote(os.path.join(scripts, 'task.sh'))} {word}"
     if "\n" in text or "\r" in text:
         raise CrontabError(f"cron {cron['id']} would need a line break in its crontab line")
     return text if active else "# " + text

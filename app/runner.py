@@ -2,6 +2,8 @@
 
 The runner reports through the same Legacy callbacks as a crond run, but it never makes
 an execution_id (no marker), so a manual run is a RunningInstance and never a Shadow Run.
+Its environment comes from the same task_env as a crontab line, so a manual run honours
+the cron's work_dir, task_before and task_after exactly as a crond run does.
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
-# Helpers sourced by task.sh: execution ids, the service token, status callbacks.
+# Helpers that task.sh loads with '.': execution ids, the service token, status callbacks.
 #
 # POSIX sh only: this runs unchanged under BusyBox ash, dash and bash, on routers that have
-# nothing but BusyBox. No arrays, no [[ ]], no jq. Every name starts with ql_ so that the
+# nothing but BusyBox. No arrays, no double-bracket tests, no jq. Every name starts with ql_ so that the
 # helpers never clobber a variable of the task they wrap. Builtins are preferred over
 # commands: each fork costs a router a few milliseconds and some memory.
 
@@ -20,7 +20,7 @@ ql_is_uuid4() {
   return 1
 }
 
-# ql_new_uuid: set ql_uuid from the first source whose output is a valid v4 UUID: the
+# ql_new_uuid: set ql_uuid from the first provider whose output is a valid v4 UUID: the
 # kernel (read without a fork), then uuidgen, python3, node. Returns 1 with ql_uuid empty
 # when none gives one; the caller then sends no execution_id at all.
 ql_new_uuid() {

@@ -15,8 +15,13 @@
 #   QL_CLI               the qlshadow command line, to refresh the token (default qlshadow)
 #   QL_LOG_NAME          the log folder name (default cron_<ID>)
 #   QL_CALLBACK_TIMEOUT  seconds per callback (default 5)
-#   QL_ESCAPED=1         the command is written with printf %b escapes (crontab lines
-#                        cannot hold a newline, and some crons turn % into one)
+#   QL_WORK_DIR          the directory the task runs in: absolute as is, relative under
+#                        QL_DATA_DIR; one that cannot be entered fails the task (exit 1)
+#   QL_TASK_BEFORE       shell text run before the command, in its shell and directory
+#   QL_TASK_AFTER        shell text run after the command, whatever its exit code
+#   QL_ESCAPED=1         the command and the three above are written with printf %b
+#                        escapes (crontab lines cannot hold a newline, and some crons
+#                        turn % into one)
 #   QL_EXECUTION_ORIGIN  =scheduled_system only on active lines of a system-mode crontab:
 #                        only then is an execution_id made, once, for both callbacks
 #
@@ -33,10 +38,18 @@ if [ $# -eq 0 ]; then
   exit 2
 fi
 ql_cmd=$*
+ql_work=${QL_WORK_DIR:-}
+ql_before=${QL_TASK_BEFORE:-}
+ql_after=${QL_TASK_AFTER:-}
 if [ "${QL_ESCAPED:-}" = 1 ]; then
   ql_cmd=$(printf '%b' "$ql_cmd")
+  [ -z "$ql_work" ] || ql_work=$(printf '%b' "$ql_work")
+  [ -z "$ql_before" ] || ql_before=$(printf '%b' "$ql_before")
+  [ -z "$ql_after" ] || ql_after=$(printf '%b' "$ql_after")
 fi
-unset QL_ESCAPED
+# Consumed here, like the marker below: a task.sh that the command starts must not run
+# this cron's hooks again.
+unset QL_ESCAPED QL_WORK_DIR QL_TASK_BEFORE QL_TASK_AFTER
 
 # One date call gives the start second (the execution_id's seconds and
 # last_execution_time) and the log file's name.
@@ -56,6 +69,9 @@ ql_id=${ID:-}
 case $ql_id in '' | 0* | *[!0123456789]*) ql_id= ;; esac
 
 ql_data=${QL_DATA_DIR:-./data}
+# Absolute, so that the log and a relative work_dir still resolve after the task's cd.
+case $ql_data in /*) ;; *) ql_data=$PWD/$ql_data ;; esac
+case $ql_work in '' | /*) ;; *) ql_work=$ql_data/$ql_work ;; esac
 ql_name=${QL_LOG_NAME:-}
 case $ql_name in
   '' | .* | *[!.$ql_tokchars]*) ql_name=${ql_id:+cron_$ql_id} ; ql_name=${ql_name:-task} ;;
@@ -82,11 +98,34 @@ else
 fi
 ql_send running "{\"ids\":[$ql_id],\"status\":0,\"pid\":$$,\"log_path\":\"$ql_rel\",\"last_execution_time\":$ql_begin$ql_extra}"
 
-# A subshell keeps the command's exit, cd and variables away from this script; the token
-# is not the command's business.
+# A subshell keeps the task's exit, cd and variables away from this script; the token is
+# not the task's business. Inside it, as in 2.x, task_before runs in the command's own
+# shell, so what it exports or where it cds reaches the command. A failing task_before is
+# noted and the command runs anyway (2.x does the same: the command is what the cron is
+# for); only an `exit` in task_before ends the run there, with its code. The command gets
+# a nested subshell when task_after follows, so that neither its `exit` nor task_after's
+# can change the code reported, which is always the command's.
 (
   unset ql_token ql_json
-  eval "$ql_cmd"
+  if [ -n "$ql_work" ] && ! cd "$ql_work" 2>/dev/null; then
+    ql_note "work_dir $ql_work cannot be entered (missing, not a directory or not permitted): the task did not run"
+    exit 1
+  fi
+  if [ -n "$ql_before" ]; then
+    trap 'ql_note "task_before called exit $?: the command did not run"' EXIT
+    eval "$ql_before"
+    ql_rc=$?
+    trap - EXIT
+    [ "$ql_rc" -eq 0 ] || ql_note "task_before exited $ql_rc; the command runs anyway"
+  fi
+  if [ -z "$ql_after" ]; then
+    eval "$ql_cmd"
+    exit
+  fi
+  (eval "$ql_cmd")
+  ql_rc=$?
+  (eval "$ql_after") || ql_note "task_after exited $?"
+  exit "$ql_rc"
 ) >> "$ql_log" 2>&1
 ql_status=$?
 
