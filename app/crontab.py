@@ -137,12 +137,6 @@ def shell_word(text: str, escaped: bool) -> str:
     return shlex.quote(text)
 
 
-def command_word(command: str) -> tuple:
-    """(escaped?, shell word) for a task command alone; escaped only when it needs to be."""
-    escaped = needs_escape(command)
-    return escaped, shell_word(command, escaped)
-
-
 def line(settings, cron: dict, scripts: str) -> str:
     """The crontab line of one cron: active (with the marker) or a `# ` comment."""
     from .schedule import field_count
@@ -167,12 +161,10 @@ def line(settings, cron: dict, scripts: str) -> str:
 
 
 def _crons() -> list:
-    from .models import Cron, database
-    query = Cron.select().order_by(Cron.id).dicts()
-    if database.is_closed():
-        with database.connection_context():
-            return list(query)
-    return list(query)
+    from .db import connected
+    from .models import Cron
+    with connected():
+        return list(Cron.select().order_by(Cron.id).dicts())
 
 
 def render(settings) -> str:

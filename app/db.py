@@ -110,6 +110,16 @@ def _hung_up(conn) -> bool:
         return True
 
 
+@contextmanager
+def connected():
+    """Use this thread's open connection, or open one for the block (CLI and start-up)."""
+    if database.is_closed():
+        with database.connection_context():
+            yield
+    else:
+        yield
+
+
 def discard_connection() -> None:
     """Close this thread's connection after an error, so the next request reconnects."""
     try:

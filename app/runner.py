@@ -18,12 +18,10 @@ _DETACH = '"$@" </dev/null >/dev/null 2>&1 &'
 
 
 def _rows(ids: list) -> dict:
-    from .models import Cron, database
-    query = Cron.select().where(Cron.id.in_(ids)).dicts()
-    if database.is_closed():
-        with database.connection_context():
-            return {row["id"]: row for row in query}
-    return {row["id"]: row for row in query}
+    from .db import connected
+    from .models import Cron
+    with connected():
+        return {row["id"]: row for row in Cron.select().where(Cron.id.in_(ids)).dicts()}
 
 
 def run_env(settings, cron: dict) -> dict:
