@@ -65,10 +65,8 @@ def cli_command() -> str:
     script = os.path.join(os.path.dirname(sys.executable), "qlshadow")
     if os.path.isfile(script) and os.access(script, os.X_OK):
         return shlex.quote(script)
-    # No console script (a source checkout): run the module from where it lives, since
-    # crond starts tasks in $HOME, not here.
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    return f"PYTHONPATH={shlex.quote(root)} {shlex.quote(sys.executable)} -m app.cli"
+    # No console script next to the interpreter: run the installed package as a module.
+    return f"{shlex.quote(sys.executable)} -m qlshadow.cli"
 
 
 def _cli_config(settings) -> list:

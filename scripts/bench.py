@@ -313,11 +313,11 @@ def make_product(name: str, python: str, base: str, db_url: str, shadow: bool, t
     os.makedirs(workdir)
     env = product_env(workdir, db_url, shadow, threads)
     # The token the shell scripts would use, made the way they make it.
-    result = subprocess.run([python, "-m", "app.cli", "token", "system"], env=env, cwd=ROOT,
+    result = subprocess.run([python, "-m", "qlshadow.cli", "token", "system"], env=env, cwd=ROOT,
                             capture_output=True, text=True, timeout=120)
     if result.returncode != 0:
         raise RuntimeError(f"{name}: qlshadow token system failed: {result.stderr.strip()}")
-    server = Server(name, [python, "-m", "app.cli", "serve"], env, workdir, db_path, pg)
+    server = Server(name, [python, "-m", "qlshadow.cli", "serve"], env, workdir, db_path, pg)
     with open(os.path.join(workdir, "token.json")) as fh:
         server.token = json.load(fh)["value"]
     return server

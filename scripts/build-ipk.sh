@@ -64,10 +64,12 @@ LIB=$DATA/usr/lib/qlshadow
 mkdir -p "$CONTROL" "$LIB/vendor" "$LIB/shell" "$DATA/usr/bin" "$DATA/etc/init.d" \
 	"$DATA/etc/config" "$DATA/etc/qlshadow"
 
-# The Python package: only *.py sources (no __pycache__, no editor leftovers).
-(cd "$ROOT" && find app -type f -name '*.py') | while read -r file; do
-	mkdir -p "$LIB/$(dirname "$file")"
-	cp "$ROOT/$file" "$LIB/$file"
+# The Python package: only *.py sources (no __pycache__, no editor leftovers), from the
+# source folder app/ into the import name qlshadow/.
+(cd "$ROOT/app" && find . -type f -name '*.py') | while read -r file; do
+	file=${file#./}
+	mkdir -p "$LIB/qlshadow/$(dirname "$file")"
+	cp "$ROOT/app/$file" "$LIB/qlshadow/$file"
 done
 
 # The shell scripts: whatever shell/*.sh exists at build time.

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Soak qlshadow: a steady crond-shaped load for a bounded time, watching for leaks.
 
-Starts its own server (`python -m app.cli serve`, one process, loopback only, a fresh
+Starts its own server (`python -m qlshadow.cli serve`, one process, loopback only, a fresh
 SQLite database in a temp dir unless --db-url names another fresh database) with Shadow
 on, then runs client threads that each play one cron: a running callback and an idle
 callback with the same new execution_id, over and over.
@@ -75,13 +75,13 @@ class Server:
                     "QL_THREADS": str(threads), "QL_SCHEDULER": "node",
                     "QL_CRONTAB_INSTALL": "", "QL3_SHADOW_ORIGINS": "scheduled_system",
                     "QL_DB_URL": db_url})
-        subprocess.run([sys.executable, "-m", "app.cli", "token", "system"], env=env, cwd=ROOT,
+        subprocess.run([sys.executable, "-m", "qlshadow.cli", "token", "system"], env=env, cwd=ROOT,
                        check=True, capture_output=True, timeout=60)
         with open(os.path.join(workdir, "token.json"), encoding="utf-8") as fh:
             self.token = json.load(fh)["value"]
         self.log_path = os.path.join(workdir, "server.log")
         self._log = open(self.log_path, "wb")
-        self.process = subprocess.Popen([sys.executable, "-m", "app.cli", "serve"], env=env,
+        self.process = subprocess.Popen([sys.executable, "-m", "qlshadow.cli", "serve"], env=env,
                                         cwd=ROOT, stdout=self._log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:

@@ -17,7 +17,7 @@ import uuid
 
 import pytest
 
-from app import config, create_app, db
+from qlshadow import config, create_app, db
 
 PG_ADMIN_DSN = os.environ.get("QL_TEST_PG_ADMIN", "host=127.0.0.1 port=5432 user=postgres dbname=postgres")
 PG_URL_BASE = os.environ.get("QL_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/")
@@ -111,7 +111,7 @@ def client(app):
 @pytest.fixture
 def token(app) -> str:
     """A valid system token (via the same code path as `qlshadow token system`)."""
-    from app.auth import system_token
+    from qlshadow.auth import system_token
     settings = app.extensions["qlshadow"]
     with db.database.connection_context(), db.write_transaction():
         return system_token(settings.token_file)["value"]
@@ -145,7 +145,7 @@ def run_cli(env: dict, *args: str, check: bool = True) -> subprocess.CompletedPr
     """Run `qlshadow ARGS` in a child process with exactly the QL_* settings in env."""
     full = {k: v for k, v in os.environ.items() if not k.startswith(("QL_", "QL3_"))}
     full.update(env)
-    result = subprocess.run([sys.executable, "-m", "app.cli", *args], env=full, cwd=ROOT,
+    result = subprocess.run([sys.executable, "-m", "qlshadow.cli", *args], env=full, cwd=ROOT,
                             capture_output=True, text=True, timeout=60)
     if check and result.returncode != 0:
         raise AssertionError(f"qlshadow {' '.join(args)} failed: {result.stderr}")
@@ -168,7 +168,7 @@ class LiveServer:
         # Output goes to a file, not a pipe: a pipe nobody drains would block the server.
         self.log_path = os.path.join(full["QL_DATA_DIR"], f"server-{uuid.uuid4().hex[:8]}.log")
         self._log = open(self.log_path, "wb")
-        self.process = subprocess.Popen([sys.executable, "-m", "app.cli", "serve"], env=full,
+        self.process = subprocess.Popen([sys.executable, "-m", "qlshadow.cli", "serve"], env=full,
                                         stdout=self._log, stderr=subprocess.STDOUT, cwd=ROOT)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
@@ -283,7 +283,7 @@ def play(client, headers: dict, steps) -> list:
 
 def legacy_rows() -> dict:
     """Crons and RunningInstances, without the columns that only hold the server's clock."""
-    from app.models import Cron, RunningInstance
+    from qlshadow.models import Cron, RunningInstance
     db.ensure_connection()
     crons = [{k: v for k, v in row.items() if k not in ("created_at", "updated_at")}
              for row in Cron.select().order_by(Cron.id).dicts()]
@@ -298,7 +298,7 @@ def legacy_twin(app, backend, tmp_path):
 
     Returns (callback answers, legacy_rows()); the test's own database is bound again after.
     """
-    from app.auth import system_token
+    from qlshadow.auth import system_token
     dropped = []
 
     def twin(steps):

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from urllib.parse import parse_qsl, unquote, urlsplit
 
-from app.shadow.ids import PROJECT_ID, attempt_id, parse_execution_id, run_id
+from qlshadow.shadow.ids import PROJECT_ID, attempt_id, parse_execution_id, run_id
 
 TABLES = ("crons", "running_instances", "apps", "tokens", "shadow_runs", "shadow_failures")
 STATES = ("accepted", "spawned", "running", "exited")

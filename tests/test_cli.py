@@ -10,9 +10,9 @@ import time
 
 import pytest
 
-from app import db
-from app.cli import main
-from app.models import App, Cron, RunningInstance, Token
+from qlshadow import db
+from qlshadow.cli import main
+from qlshadow.models import App, Cron, RunningInstance, Token
 from conftest import ROOT, cli_env, fixture_body, http, run_cli, table_rows
 
 TABLES = {"crons", "running_instances", "apps", "tokens", "shadow_runs", "shadow_failures"}
@@ -84,7 +84,7 @@ def test_the_first_serve_creates_the_schema_and_the_system_app(env, make_setting
     full.update(env, QL_HOST="127.0.0.1", QL_PORT="0")
     log = tmp_path / "serve.log"
     with open(log, "wb") as out:
-        process = subprocess.Popen([sys.executable, "-m", "app.cli", "serve"], env=full, cwd=ROOT,
+        process = subprocess.Popen([sys.executable, "-m", "qlshadow.cli", "serve"], env=full, cwd=ROOT,
                                    stdout=out, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 30

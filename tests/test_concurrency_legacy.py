@@ -10,7 +10,7 @@ from http.client import HTTPConnection
 
 import pytest
 
-from app.models import Cron, RunningInstance
+from qlshadow.models import Cron, RunningInstance
 from conftest import http, table_rows
 
 CRONS = 8

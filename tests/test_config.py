@@ -9,8 +9,8 @@ import threading
 
 import pytest
 
-from app import config, db
-from app.config import ConfigError
+from qlshadow import config, db
+from qlshadow.config import ConfigError
 from conftest import run_cli
 
 

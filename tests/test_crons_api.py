@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.models import Cron, RunningInstance
+from qlshadow.models import Cron, RunningInstance
 from conftest import fixture_body, table_rows
 
 CRON_FIELDS = {"id", "name", "command", "schedule", "status", "pid", "log_path",

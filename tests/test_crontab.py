@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from app import crontab, db
+from qlshadow import crontab, db
 from conftest import cli_env, run_cli
 from shellenv import TASK, busybox_static
 

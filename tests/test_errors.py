@@ -9,8 +9,8 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from app import db
-from app.models import Cron, RunningInstance
+from qlshadow import db
+from qlshadow.models import Cron, RunningInstance
 from conftest import fixture_body, http, table_rows
 
 

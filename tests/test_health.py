@@ -8,7 +8,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from app import __version__, db
+from qlshadow import __version__, db
 from conftest import _pg_admin, drop_pg_database
 
 

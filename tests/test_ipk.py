@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from app import __version__, config
+from qlshadow import __version__, config
 from conftest import ROOT, http
 
 BUILD = os.path.join(ROOT, "scripts", "build-ipk.sh")
@@ -96,7 +96,7 @@ def test_busybox_tar_unpacks_the_package(ipk, tmp_path):
     subprocess.run(["busybox", "tar", "-xzf", str(tmp_path / "data.tar.gz"), "-C", str(tmp_path)],
                    check=True)
 
-    assert (tmp_path / "usr" / "lib" / "qlshadow" / "app" / "cli.py").is_file()
+    assert (tmp_path / "usr" / "lib" / "qlshadow" / "qlshadow" / "cli.py").is_file()
 
 
 def test_the_control_fields_name_the_package_version_and_dependencies(ipk):
@@ -154,10 +154,11 @@ def test_every_member_is_owned_by_root_and_dated_from_the_last_commit(ipk):
 
 def test_data_holds_the_app_the_shell_scripts_and_the_bundled_libraries(ipk):
     lib = ipk["root"] / "usr" / "lib" / "qlshadow"
-    app_sources = sorted(os.path.relpath(p, ROOT) for p in
+    # The source folder app/ is shipped under its import name, qlshadow/.
+    app_sources = sorted(os.path.relpath(p, os.path.join(ROOT, "app")) for p in
                          glob.glob(os.path.join(ROOT, "app", "**", "*.py"), recursive=True))
 
-    packaged = sorted(str(p.relative_to(lib)) for p in (lib / "app").rglob("*.py"))
+    packaged = sorted(str(p.relative_to(lib / "qlshadow")) for p in (lib / "qlshadow").rglob("*.py"))
     assert packaged == app_sources
     assert sorted(p.name for p in (lib / "shell").glob("*.sh")) == ipk["shells"]
     assert (lib / "vendor" / "peewee.py").is_file()
@@ -183,7 +184,7 @@ def test_scripts_are_executable_and_config_files_are_not(ipk):
     assert mode(root / "etc" / "config" / "qlshadow") == 0o644
     # May hold a database password.
     assert mode(root / "etc" / "qlshadow" / "qlshadow.conf") == 0o600
-    assert mode(root / "usr" / "lib" / "qlshadow" / "app" / "cli.py") == 0o644
+    assert mode(root / "usr" / "lib" / "qlshadow" / "qlshadow" / "cli.py") == 0o644
 
 
 def test_every_directory_is_0755_including_the_root_entry(ipk):
@@ -338,7 +339,7 @@ import atexit, os, sys
 
 def _report():
     with open(os.environ["PROBE_OUT"], "w") as fh:
-        for name in ("app", "peewee", "waitress", "flask"):
+        for name in ("qlshadow", "peewee", "waitress", "flask"):
             module = sys.modules.get(name)
             fh.write(f"{name} {getattr(module, '__file__', None)}\\n")
 
@@ -363,7 +364,7 @@ def test_the_installed_service_runs_on_the_bundled_peewee_and_waitress(packaged,
     lib = str(server.root / "usr" / "lib" / "qlshadow")
     assert modules["peewee"].startswith(lib + "/vendor/")
     assert modules["waitress"].startswith(lib + "/vendor/waitress/")
-    assert modules["app"].startswith(lib + "/app/")
+    assert modules["qlshadow"].startswith(lib + "/qlshadow/")
     assert not modules["flask"].startswith(lib)
 
 

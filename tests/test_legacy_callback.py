@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from app.models import Cron, RunningInstance
+from qlshadow.models import Cron, RunningInstance
 from conftest import FIXTURES, fixture_body, table_rows
 
 LOG = "backup/2026-11-30-08-00-00-123.log"

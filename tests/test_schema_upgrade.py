@@ -5,10 +5,10 @@ import os
 
 import pytest
 
-from app import db
-from app.legacy import apply_status_callback, parse_status_callback
-from app.models import App, Cron, RunningInstance, ShadowFailure, ShadowRun, Token
-from app.shadow.writer import observe
+from qlshadow import db
+from qlshadow.legacy import apply_status_callback, parse_status_callback
+from qlshadow.models import App, Cron, RunningInstance, ShadowFailure, ShadowRun, Token
+from qlshadow.shadow.writer import observe
 from conftest import cli_env, run_cli
 
 OLD_MODELS = (Cron, RunningInstance, App, Token)

@@ -10,8 +10,8 @@ import threading
 
 import pytest
 
-from app import db
-from app.models import ShadowRun
+from qlshadow import db
+from qlshadow.models import ShadowRun
 from conftest import SHADOW_ON, http
 
 THREADS = 16

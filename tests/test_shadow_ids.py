@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.shadow.ids import attempt_id, parse_execution_id, revision_doc, run_id, task_revision
+from qlshadow.shadow.ids import attempt_id, parse_execution_id, revision_doc, run_id, task_revision
 from conftest import SHADOW_ON
 
 VECTOR_ID = "legacy-system:1764460800:3f2b8c1e-9d4a-4e6b-8f1a-2c3d4e5f6a7b"

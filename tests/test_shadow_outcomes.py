@@ -9,8 +9,8 @@ import logging
 
 import pytest
 
-from app import db
-from app.models import ShadowFailure, ShadowRun
+from qlshadow import db
+from qlshadow.models import ShadowFailure, ShadowRun
 from conftest import SHADOW_ON, STATUS_PATH, legacy_rows, play
 
 

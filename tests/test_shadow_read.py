@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from app import db
-from app.auth import create_app_record
+from qlshadow import db
+from qlshadow.auth import create_app_record
 from conftest import SHADOW_ON, STATUS_PATH, run_cli
 
 UUID = "3f2b8c1e-9d4a-4e6b-8f1a-2c3d4e5f6a7b"

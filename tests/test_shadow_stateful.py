@@ -12,8 +12,8 @@ from hypothesis import HealthCheck, settings, strategies as st
 from hypothesis.stateful import (RuleBasedStateMachine, initialize, invariant, precondition,
                                  rule, run_state_machine_as_test)
 
-from app import db
-from app.models import Cron, RunningInstance, ShadowFailure, ShadowRun
+from qlshadow import db
+from qlshadow.models import Cron, RunningInstance, ShadowFailure, ShadowRun
 from conftest import SHADOW_ON, STATUS_PATH
 
 EXECUTIONS = [f"legacy-system:{1764460800 + 60 * n}:{n:08x}-9d4a-4e6b-8f1a-2c3d4e5f6a7b"

@@ -12,8 +12,8 @@ import subprocess
 
 import pytest
 
-from app import crontab, db
-from app.crontab import shell_word
+from qlshadow import crontab, db
+from qlshadow.crontab import shell_word
 from conftest import BACKENDS, http
 from shellenv import (SHELLS, SYSTEM_PATH, create_cron, instances_of, read_logs, run_task,
                       runs_of, start_module_server, wait_for, which)

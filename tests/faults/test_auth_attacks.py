@@ -16,8 +16,8 @@ import time
 
 import pytest
 
-from app import db
-from app.auth import create_app_record, issue_token
+from qlshadow import db
+from qlshadow.auth import create_app_record, issue_token
 from conftest import http, run_cli
 from invariants import Inspector
 
@@ -47,7 +47,7 @@ def attack_header(name: str, token: str) -> dict:
     def scoped_token(scopes, age):
         with db.database.connection_context(), db.write_transaction():
             create_app_record(f"app-{secrets.token_hex(4)}", scopes)
-            from app.models import App
+            from qlshadow.models import App
             app_id = App.select(App.id).order_by(App.id.desc()).scalar()
             return issue_token(app_id, int(time.time()) - age)[0]
 
