@@ -13,6 +13,7 @@ import secrets
 import tempfile
 import time
 
+from .errors import InvalidInput
 from .models import App, Token
 
 TOKEN_LIFETIME = 30 * 24 * 3600
@@ -30,7 +31,7 @@ def create_app_record(name: str, scopes, now: int | None = None) -> tuple:
     scopes = sorted(set(scopes))
     unknown = [s for s in scopes if s not in KNOWN_SCOPES]
     if unknown or not scopes:
-        raise ValueError(f"scopes must be a comma list of {', '.join(sorted(KNOWN_SCOPES))}")
+        raise InvalidInput(f"scopes must be a comma list of {', '.join(sorted(KNOWN_SCOPES))}")
     client_id = secrets.token_hex(8)
     client_secret = secrets.token_urlsafe(24)
     App.insert(name=name, client_id=client_id, client_secret_hash=sha256_hex(client_secret),

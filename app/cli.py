@@ -6,29 +6,34 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
+import os
+import signal
+import socket
 import sys
+
+from peewee import DatabaseError, IntegrityError, InterfaceError
+
+from . import config, crons, crontab, db
+from .auth import create_app_record, ensure_system_app, system_token
+from .errors import QlError
+from .runner import start_manual
+from .shadow import reader
 
 
 class CliError(Exception):
     """A failure reported as one line on stderr."""
 
 
-def _settings(args):
-    from . import config
+def _settings(args) -> config.Settings:
     return config.load(config_file=args.config)
 
 
-def _open_db(settings, create: bool = True):
-    """Bind the models to the configured database, creating missing tables."""
-    import os
-
-    from . import db
-    database = db.make_database(settings.db_url, settings.db_timeout)
-    db.bind(database)
-    if db.is_sqlite(database):
-        os.makedirs(os.path.dirname(os.path.abspath(database.database)), exist_ok=True)
-    journal = db.create_schema() if create else ""
-    return database, journal
+def _open(args, create: bool = True):
+    """(settings, database) for a command; read-only commands pass create=False."""
+    settings = _settings(args)
+    database, _ = db.open_database(settings, create=create)
+    return settings, database
 
 
 def _print_json(data) -> None:
@@ -41,23 +46,20 @@ def _startup_crontab(settings) -> None:
     Only once qlshadow owns a crontab file: installing replaces the user's whole crontab,
     so a first start with no crons must not wipe one that was there before us.
     """
-    import os
-
-    from .crontab import CrontabError, sync
     if not os.path.exists(settings.crontab_file):
         return
     try:
-        sync(settings)
-    except CrontabError as exc:
+        crontab.sync(settings)
+    except crontab.CrontabError as exc:
         print(f"qlshadow: warning: crontab not updated: {exc}", file=sys.stderr, flush=True)
 
 
 def cmd_serve(args) -> int:
-    import logging
-
+    # Flask and waitress load only for serve: the other commands (a task's token refresh
+    # among them) start faster and smaller without them.
     from waitress.server import create_server
 
-    from . import create_app, db
+    from .views import create_app
     settings = _settings(args)
     app = create_app(settings)
     logging.basicConfig(level=logging.INFO, format="qlshadow: %(levelname)s %(name)s: %(message)s")
@@ -66,16 +68,22 @@ def cmd_serve(args) -> int:
     logging.getLogger("waitress.queue").setLevel(logging.ERROR)
     backstop = max(1024 * 1024, settings.max_body * 2)
     try:
+        socket.getaddrinfo(settings.host, settings.port, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError) as exc:
+        reason = getattr(exc, "strerror", None) or str(exc)
+        raise CliError(f"QL_HOST={settings.host!r} does not resolve to an address: {reason}") from None
+    try:
         server = create_server(app, host=settings.host, port=settings.port, threads=settings.threads,
                                max_request_body_size=backstop, ident="qlshadow",
                                clear_untrusted_proxy_headers=True)
     except OSError as exc:
-        raise CliError(f"cannot listen on {settings.host}:{settings.port}: "
-                       f"{exc.strerror or exc}") from None
+        # A name that does not resolve, an address this host does not have, a port in use.
+        reason = exc.strerror or str(exc)
+        raise CliError(f"cannot listen on {settings.host}:{settings.port} (QL_HOST/QL_PORT): "
+                       f"{reason}") from None
     if settings.port == 0:
         # Port 0 picks a free port: crontab lines and manual runs must call the real one.
-        import dataclasses
-        settings = dataclasses.replace(settings, port=server.effective_port)
+        settings = config.with_port(settings, server.effective_port)
         app.extensions["qlshadow"] = settings
     _startup_crontab(settings)
     journal = app.extensions["qlshadow.journal"]
@@ -88,7 +96,6 @@ def cmd_serve(args) -> int:
               "(the filesystem refused WAL)", file=sys.stderr, flush=True)
     # init scripts and procd stop the service with SIGTERM: leave the loop and close the
     # listening socket cleanly instead of dying mid-way, and exit 0.
-    import signal
     signal.signal(signal.SIGTERM, _stop_serving)
     try:
         server.run()
@@ -104,10 +111,8 @@ def _stop_serving(signum, frame) -> None:
 
 
 def cmd_db_init(args) -> int:
-    from . import db
-    from .auth import ensure_system_app
     settings = _settings(args)
-    database, journal = _open_db(settings)
+    database, journal = db.open_database(settings)
     with database.connection_context(), db.write_transaction():
         ensure_system_app()
     print(f"database ready: {db.describe(database)}" + (f" ({journal})" if journal else ""))
@@ -115,95 +120,82 @@ def cmd_db_init(args) -> int:
 
 
 def cmd_app_create(args) -> int:
-    from peewee import IntegrityError
-
-    from . import db
-    from .auth import create_app_record
-    settings = _settings(args)
-    database, _ = _open_db(settings)
+    _, database = _open(args)
     scopes = sorted({s.strip() for s in args.scopes.split(",") if s.strip()})
     try:
         with database.connection_context(), db.write_transaction():
             client_id, secret = create_app_record(args.name, scopes)
     except IntegrityError:
         raise CliError(f"an app named {args.name!r} already exists") from None
-    except ValueError as exc:
-        raise CliError(str(exc)) from None
     _print_json({"name": args.name, "client_id": client_id, "client_secret": secret,
                  "scopes": scopes})
     return 0
 
 
 def cmd_token_system(args) -> int:
-    from . import db
-    from .auth import system_token
-    settings = _settings(args)
-    database, _ = _open_db(settings)
+    settings, database = _open(args)
     with database.connection_context(), db.write_transaction():
-        token = system_token(settings.token_file)
+        system_token(settings.token_file)
     print(settings.token_file)
-    return 0 if token else 1
+    return 0
 
 
-def _cron_call(args, fn, *fn_args, sync: bool = False):
-    from . import db
-    from .errors import ApiError
-    settings = _settings(args)
-    database, _ = _open_db(settings)
-    try:
-        with database.connection_context(), db.write_transaction():
-            result = fn(*fn_args)
-    except ApiError as exc:
-        raise CliError(exc.message) from None
+def _write(args, fn, *fn_args, sync: bool = False):
+    """Run fn in one write transaction; with sync, re-render and install the crontab after."""
+    settings, database = _open(args)
+    with database.connection_context(), db.write_transaction():
+        result = fn(*fn_args)
     if sync:
-        from .crontab import CrontabError, sync as sync_crontab
         try:
-            sync_crontab(settings)
-        except CrontabError as exc:
+            crontab.sync(settings)
+        except crontab.CrontabError as exc:
             raise CliError(f"the cron change is saved, but the crontab is not: {exc}") from None
     return result
 
 
-def _manual_run(args):
-    """Start a detached run outside any transaction (it only reads the cron)."""
-    from .errors import ApiError
-    from .runner import start_manual
-    settings = _settings(args)
-    database, _ = _open_db(settings)
-    try:
-        with database.connection_context():
-            return start_manual(settings, [args.id])
-    except ApiError as exc:
-        raise CliError(exc.message) from None
+def _read(args, fn, *fn_args):
+    """Run fn over a connection, creating nothing and taking no write lock."""
+    _, database = _open(args, create=False)
+    with database.connection_context():
+        return fn(*fn_args)
+
+
+def _existing(ids: list, change):
+    """Apply change to ids after checking every one exists (the CLI names a missing id)."""
+    def apply(*rest):
+        crons.require(ids)
+        return change(ids, *rest)
+    return apply
 
 
 def cmd_cron(args) -> int:
-    from . import crons
     if args.cron_cmd == "add":
         data = {"name": args.name or args.command, "command": args.command,
                 "schedule": args.schedule}
-        _print_json(_cron_call(args, crons.create, data, sync=True))
+        _print_json(_write(args, crons.create, data, sync=True))
     elif args.cron_cmd == "list":
-        _print_json(_cron_call(args, crons.listing, 1, 10**6)["data"])
+        _print_json(_read(args, crons.listing, 1, 10**6)["data"])
     elif args.cron_cmd == "show":
-        _print_json(_cron_call(args, crons.get, args.id))
+        _print_json(_read(args, crons.get, args.id))
     elif args.cron_cmd == "rm":
-        _cron_call(args, crons.delete, args.ids, sync=True)
+        _write(args, _existing(args.ids, crons.delete), sync=True)
     elif args.cron_cmd in ("enable", "disable"):
-        _cron_call(args, crons.set_disabled, args.ids, args.cron_cmd == "disable", sync=True)
+        _write(args, _existing(args.ids, crons.set_disabled), args.cron_cmd == "disable",
+               sync=True)
     elif args.cron_cmd == "run":
-        _print_json(_manual_run(args))
+        # Starts a detached run outside any transaction (it only reads the cron).
+        settings, database = _open(args, create=False)
+        with database.connection_context():
+            _print_json(start_manual(settings, [args.id]))
     return 0
 
 
 def cmd_crontab(args) -> int:
-    from . import crontab
-    settings = _settings(args)
-    database, _ = _open_db(settings)
-    with database.connection_context():
-        if args.print:
+    settings, database = _open(args, create=False)
+    if args.print:
+        with database.connection_context():
             sys.stdout.write(crontab.render(settings))
-            return 0
+        return 0
     try:
         print(crontab.sync(settings))
     except crontab.CrontabError as exc:
@@ -212,20 +204,12 @@ def cmd_crontab(args) -> int:
 
 
 def cmd_runs(args) -> int:
-    from .shadow import reader
-    settings = _settings(args)
-    database, _ = _open_db(settings)
-    with database.connection_context():
-        _print_json(reader.list_runs(args.cron, None, args.limit, None))
+    _print_json(_read(args, reader.list_runs, args.cron, None, args.limit, None))
     return 0
 
 
 def cmd_failures(args) -> int:
-    from .shadow import reader
-    settings = _settings(args)
-    database, _ = _open_db(settings)
-    with database.connection_context():
-        _print_json(reader.list_failures(args.limit, None))
+    _print_json(_read(args, reader.list_failures, args.limit, None))
     return 0
 
 
@@ -302,13 +286,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
-    from peewee import DatabaseError, InterfaceError
-
-    from .config import ConfigError
+    """Run the command line; returns the exit status."""
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (ConfigError, CliError) as exc:
+    except (config.ConfigError, CliError, QlError) as exc:
         print(f"qlshadow: {exc}", file=sys.stderr)
     except (DatabaseError, InterfaceError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__

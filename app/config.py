@@ -5,20 +5,23 @@ key, and the service refuses to start instead of silently falling back to a defa
 """
 from __future__ import annotations
 
+import ipaddress
 import os
 import shutil
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Mapping
+from urllib.parse import urlsplit
 
 KNOWN_ORIGINS = frozenset({"manual", "scheduled_node", "scheduled_system"})
 SCHEDULERS = ("system", "node")
 
 # Keys the config file may hold. QL_EXECUTION_ORIGIN is set by crontab lines for the shell,
-# never read by the service; QL_BASE_URL is read by the shell scripts only.
+# never read by the service; QL_BASE_URL and QL_CALLBACK_TIMEOUT are settings the service
+# passes on to the shell on every crontab line and manual run.
 FILE_KEYS = frozenset({
     "QL_DATA_DIR", "QL_DB_URL", "QL_HOST", "QL_PORT", "QL_THREADS", "QL_SCHEDULER",
     "QL_CRONTAB_FILE", "QL_CRONTAB_INSTALL", "QL3_SHADOW_ORIGINS", "QL3_SHADOW_FAILURE_CAP",
-    "QL_MAX_BODY", "QL_BASE_URL", "QL_DB_TIMEOUT",
+    "QL_MAX_BODY", "QL_BASE_URL", "QL_CALLBACK_TIMEOUT", "QL_DB_TIMEOUT",
 })
 
 
@@ -40,7 +43,13 @@ class Settings:
     failure_cap: int = 1000
     max_body: int = 65536
     db_timeout: float = 5.0
+    base_url: str = "http://127.0.0.1:5600"
+    callback_timeout: int = 5
     config_file: str | None = None
+    # The keys whose value came from the config file (the environment did not override
+    # them): such a value (a database password) need not be repeated on crontab lines,
+    # which can point at the file instead.
+    file_keys: frozenset = field(default_factory=frozenset)
 
     @property
     def shadow_on(self) -> bool:
@@ -129,6 +138,44 @@ def read_config_file(path: str) -> dict:
     return values
 
 
+def check_host(raw: str) -> str:
+    """A listen address: an IPv4/IPv6 address or a host name (resolved when serving)."""
+    host = raw.strip()
+    if not host or any(c.isspace() for c in host) or not host.isascii():
+        raise ConfigError(f"QL_HOST={raw!r} is not a host name or address")
+    looks_numeric = all(c.isdigit() or c == "." for c in host) or ":" in host
+    if looks_numeric:
+        try:
+            ipaddress.ip_address(host.strip("[]"))
+        except ValueError:
+            raise ConfigError(f"QL_HOST={raw!r} is not a valid IP address") from None
+        return host.strip("[]")
+    return host
+
+
+def derive_base_url(host: str, port: int) -> str:
+    """The URL tasks call: the listen address, with a wildcard address made loopback."""
+    if host in ("0.0.0.0", ""):
+        host = "127.0.0.1"
+    elif host == "::":
+        host = "::1"
+    if ":" in host:
+        host = f"[{host}]"
+    return f"http://{host}:{port}"
+
+
+def check_base_url(raw: str) -> str:
+    """QL_BASE_URL: http(s)://host[:port][/path], no spaces or quotes (it sits on crontab lines)."""
+    url = raw.strip().rstrip("/")
+    parts = urlsplit(url)
+    if (parts.scheme not in ("http", "https") or not parts.netloc or parts.query
+            or parts.fragment or not url.isascii()
+            or any(c.isspace() or c in "'\"`$\\%" for c in url)):
+        raise ConfigError(f"QL_BASE_URL={raw!r} must be an http:// or https:// URL "
+                          "with no spaces, quotes, '%' or '$'")
+    return url
+
+
 def _detect_scheduler() -> str:
     return "system" if (shutil.which("crond") or shutil.which("cron")) else "node"
 
@@ -137,8 +184,9 @@ def load(environ: Mapping[str, str] | None = None, config_file: str | None = Non
     """Build Settings from a config file (optional) overlaid by the environment."""
     env = dict(os.environ if environ is None else environ)
     path = config_file or env.get("QL_CONFIG") or None
-    merged = read_config_file(path) if path else {}
-    merged.update({k: v for k, v in env.items() if k.startswith(("QL_", "QL3_"))})
+    file_values = read_config_file(path) if path else {}
+    from_env = {k: v for k, v in env.items() if k.startswith(("QL_", "QL3_"))}
+    merged = {**file_values, **from_env}
 
     data_dir = merged.get("QL_DATA_DIR", "./data").strip()
     if not data_dir:
@@ -146,9 +194,10 @@ def load(environ: Mapping[str, str] | None = None, config_file: str | None = Non
     data_dir = data_dir.rstrip("/") or "/"
     db_url = check_db_url(merged.get("QL_DB_URL", "").strip() or f"sqlite:///{data_dir}/qlshadow.db")
 
-    host = merged.get("QL_HOST", "127.0.0.1").strip()
-    if not host or any(c.isspace() for c in host):
-        raise ConfigError(f"QL_HOST={host!r} is not a host name or address")
+    host = check_host(merged.get("QL_HOST", "127.0.0.1"))
+    port = _int("QL_PORT", merged.get("QL_PORT", "5600"), 0, 65535)
+    base_url = merged.get("QL_BASE_URL", "").strip()
+    base_url = check_base_url(base_url) if base_url else derive_base_url(host, port)
 
     scheduler = merged.get("QL_SCHEDULER", "").strip()
     if scheduler and scheduler not in SCHEDULERS:
@@ -158,7 +207,7 @@ def load(environ: Mapping[str, str] | None = None, config_file: str | None = Non
         data_dir=data_dir,
         db_url=db_url,
         host=host,
-        port=_int("QL_PORT", merged.get("QL_PORT", "5600"), 0, 65535),
+        port=port,
         threads=_int("QL_THREADS", merged.get("QL_THREADS", "4"), 1, 64),
         scheduler=scheduler or _detect_scheduler(),
         crontab_file=merged.get("QL_CRONTAB_FILE", "").strip() or os.path.join(data_dir, "crontab.list"),
@@ -167,5 +216,16 @@ def load(environ: Mapping[str, str] | None = None, config_file: str | None = Non
         failure_cap=_int("QL3_SHADOW_FAILURE_CAP", merged.get("QL3_SHADOW_FAILURE_CAP", "1000"), 0, 10_000_000),
         max_body=_int("QL_MAX_BODY", merged.get("QL_MAX_BODY", "65536"), 256, 16 * 1024 * 1024),
         db_timeout=_float("QL_DB_TIMEOUT", merged.get("QL_DB_TIMEOUT", "5"), 0.1, 300),
+        base_url=base_url,
+        callback_timeout=_int("QL_CALLBACK_TIMEOUT", merged.get("QL_CALLBACK_TIMEOUT", "5"), 1, 300),
         config_file=path,
+        file_keys=frozenset(file_values.keys() - from_env.keys()),
     )
+
+
+def with_port(settings: Settings, port: int) -> Settings:
+    """Settings for the port actually bound (QL_PORT=0 picks one); a derived base URL follows."""
+    base_url = settings.base_url
+    if base_url == derive_base_url(settings.host, settings.port):
+        base_url = derive_base_url(settings.host, port)
+    return replace(settings, port=port, base_url=base_url)

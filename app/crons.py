@@ -7,8 +7,9 @@ from __future__ import annotations
 import json
 import time
 
-from .errors import ApiError
+from .errors import InvalidInput, NotFound
 from .models import Cron, RunningInstance, storable
+from .parse import INT64_MAX, to_int
 from .schedule import check_schedule
 
 TEXT_FIELDS = ("task_before", "task_after", "work_dir", "log_name")
@@ -22,8 +23,8 @@ def _text(data: dict, key: str, required: bool):
     if (not isinstance(value, str) or (required and not value.strip()) or len(value) > MAX_TEXT
             or not storable(value)):
         what = "a non-empty string" if required else "a string or null"
-        raise ApiError(400, f"'{key}' must be {what} of at most {MAX_TEXT} characters "
-                            "(no NUL, valid Unicode).")
+        raise InvalidInput(f"'{key}' must be {what} of at most {MAX_TEXT} characters "
+                           "(no NUL, valid Unicode).")
     return value
 
 
@@ -31,18 +32,18 @@ def _schedule(value, key: str = "schedule") -> str:
     try:
         return check_schedule(value)
     except ValueError as exc:
-        raise ApiError(400, f"'{key}': {exc}.") from None
+        raise InvalidInput(f"'{key}': {exc}.") from None
 
 
 def _extra_schedules(value):
     if value is None:
         return None
     if not isinstance(value, list):
-        raise ApiError(400, "'extra_schedules' must be a list of {\"schedule\": \"...\"} or null.")
+        raise InvalidInput("'extra_schedules' must be a list of {\"schedule\": \"...\"} or null.")
     out = []
     for item in value:
         if not isinstance(item, dict) or "schedule" not in item:
-            raise ApiError(400, "'extra_schedules' must be a list of {\"schedule\": \"...\"} or null.")
+            raise InvalidInput("'extra_schedules' must be a list of {\"schedule\": \"...\"} or null.")
         out.append({"schedule": _schedule(item["schedule"], "extra_schedules")})
     return json.dumps(out, separators=(",", ":"))
 
@@ -50,13 +51,13 @@ def _extra_schedules(value):
 def _flag(value, key: str) -> int:
     if value in (0, 1) and type(value) in (int, bool):
         return int(value)
-    raise ApiError(400, f"'{key}' must be 0 or 1.")
+    raise InvalidInput(f"'{key}' must be 0 or 1.")
 
 
 def validate(data, partial: bool) -> dict:
     """Validated column values from a request body; partial=True for updates."""
     if not isinstance(data, dict):
-        raise ApiError(400, "The request body must be a JSON object.")
+        raise InvalidInput("The request body must be a JSON object.")
     values = {}
     for key in ("name", "command"):
         if key in data or not partial:
@@ -77,18 +78,18 @@ def validate(data, partial: bool) -> dict:
 def cron_ids(data) -> list:
     """A body that is a non-empty list of positive cron ids (digit strings accepted)."""
     if not isinstance(data, list) or not data:
-        raise ApiError(400, "The request body must be a non-empty list of cron ids.")
+        raise InvalidInput("The request body must be a non-empty list of cron ids.")
     ids = []
     for item in data:
-        if type(item) is str and item.isascii() and item.isdigit() and len(item) <= 18:
-            item = int(item)
-        if type(item) is not int or not 0 < item < 2**63:
-            raise ApiError(400, "Cron ids must be positive integers.")
-        ids.append(item)
+        cron_id = to_int(item, 1, INT64_MAX)
+        if cron_id is None:
+            raise InvalidInput("Cron ids must be positive integers.")
+        ids.append(cron_id)
     return ids
 
 
 def create(data) -> dict:
+    """Insert a cron from a request body; returns it in 2.x JSON."""
     values = validate(data, partial=False)
     now = int(time.time())
     cron_id = Cron.insert(created_at=now, updated_at=now, **values).execute()
@@ -96,11 +97,12 @@ def create(data) -> dict:
 
 
 def update(data) -> dict:
+    """Change the fields a body names on the cron its 'id' names."""
     if not isinstance(data, dict):
-        raise ApiError(400, "The request body must be a JSON object.")
-    cron_id = cron_ids([data.get("id")])[0] if data.get("id") is not None else None
+        raise InvalidInput("The request body must be a JSON object.")
+    cron_id = to_int(data.get("id"), 1, INT64_MAX)
     if cron_id is None:
-        raise ApiError(400, "'id' must be the positive integer id of the cron to change.")
+        raise InvalidInput("'id' must be the positive integer id of the cron to change.")
     values = validate({k: v for k, v in data.items() if k != "id"}, partial=True)
     get(cron_id)
     if values:
@@ -108,24 +110,36 @@ def update(data) -> dict:
     return get(cron_id)
 
 
+def require(ids: list) -> None:
+    """NotFound naming the first id that has no cron."""
+    found = {row[0] for row in Cron.select(Cron.id).where(Cron.id.in_(ids)).tuples()}
+    missing = [cron_id for cron_id in ids if cron_id not in found]
+    if missing:
+        raise NotFound(f"Cron {missing[0]} does not exist.")
+
+
 def delete(ids: list) -> int:
+    """Delete crons and their instances; unknown ids are skipped (2.x)."""
     RunningInstance.delete().where(RunningInstance.cron.in_(ids)).execute()
     return Cron.delete().where(Cron.id.in_(ids)).execute()
 
 
 def set_disabled(ids: list, disabled: bool) -> int:
+    """Disable or enable crons; unknown ids are skipped (2.x)."""
     return (Cron.update(is_disabled=int(disabled), updated_at=int(time.time()))
             .where(Cron.id.in_(ids)).execute())
 
 
 def get(cron_id: int) -> dict:
+    """One cron in 2.x JSON, or NotFound."""
     row = Cron.select().where(Cron.id == cron_id).dicts().get_or_none()
     if row is None:
-        raise ApiError(404, f"Cron {cron_id} does not exist.")
+        raise NotFound(f"Cron {cron_id} does not exist.")
     return to_json(row)
 
 
 def listing(page: int, size: int) -> dict:
+    """One page of crons, newest first, with the total count."""
     query = Cron.select().order_by(Cron.id.desc())
     rows = query.paginate(page, size).dicts()
     return {"data": [to_json(r) for r in rows], "total": query.count()}
@@ -148,6 +162,7 @@ def to_json(row: dict) -> dict:
 
 
 def instances(cron_id: int, limit: int) -> list:
+    """A cron's Legacy instances, newest first."""
     get(cron_id)
     rows = (RunningInstance.select().where(RunningInstance.cron == cron_id)
             .order_by(RunningInstance.id.desc()).limit(limit).dicts())

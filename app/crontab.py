@@ -38,28 +38,6 @@ def shell_dir() -> str:
     raise CrontabError("task.sh not found in " + " or ".join(candidates))
 
 
-def _file_values(settings) -> dict:
-    if not settings.config_file:
-        return {}
-    from .config import read_config_file
-    return read_config_file(settings.config_file)
-
-
-def base_url(settings) -> str:
-    """The URL task.sh calls: QL_BASE_URL when set, else the listen address (0.0.0.0 → loopback)."""
-    explicit = os.environ.get("QL_BASE_URL") or _file_values(settings).get("QL_BASE_URL")
-    if explicit:
-        return explicit.rstrip("/")
-    host = settings.host
-    if host in ("0.0.0.0", ""):
-        host = "127.0.0.1"
-    elif host == "::":
-        host = "::1"
-    if ":" in host and not host.startswith("["):
-        host = f"[{host}]"
-    return f"http://{host}:{settings.port}"
-
-
 def cli_command() -> str:
     """A shell command line that runs this installation's `qlshadow`, by absolute path."""
     script = os.path.join(os.path.dirname(sys.executable), "qlshadow")
@@ -72,7 +50,6 @@ def cli_command() -> str:
 def _cli_config(settings) -> list:
     """QL_CONFIG / QL_DB_URL the qlshadow command needs to reach the same database."""
     pairs = []
-    values = _file_values(settings)
     if settings.config_file:
         pairs.append(("QL_CONFIG", os.path.abspath(settings.config_file)))
     url = settings.db_url
@@ -83,7 +60,7 @@ def _cli_config(settings) -> list:
             return pairs
         query = url.partition("?")[2]
         url = "sqlite:///" + path + (f"?{query}" if query else "")
-    elif values.get("QL_DB_URL", "").strip() == url:
+    elif "QL_DB_URL" in settings.file_keys:
         return pairs  # the config file names it; keep its password off the line
     pairs.append(("QL_DB_URL", url))
     return pairs
@@ -107,7 +84,7 @@ def task_env(settings, cron: dict) -> list:
     """(name, value) pairs a run of this cron needs, marker excluded, in line order."""
     pairs = [("ID", str(cron["id"])),
              ("QL_DATA_DIR", os.path.abspath(settings.data_dir)),
-             ("QL_BASE_URL", base_url(settings)),
+             ("QL_BASE_URL", settings.base_url),
              ("QL_CLI", cli_command()),
              *_cli_config(settings),
              ("QL_LOG_NAME", log_name(cron))]

@@ -6,12 +6,16 @@ A connection that failed is closed so the next request on that thread reconnects
 """
 from __future__ import annotations
 
+import os
+import select
 import threading
 from contextlib import contextmanager
 from urllib.parse import parse_qsl, unquote, urlsplit
 
-from peewee import Database, PostgresqlDatabase, SqliteDatabase
+from peewee import Database, OperationalError, PostgresqlDatabase, SqliteDatabase
 
+from .config import ConfigError
+from .errors import Unavailable
 from .models import ALL_MODELS, ShadowRun, database
 
 # Router flash and power loss: WAL with synchronous=NORMAL cannot corrupt the file and
@@ -24,12 +28,21 @@ SQLITE_PRAGMAS = (("synchronous", "normal"), ("foreign_keys", 1), ("cache_size",
 _sqlite_write_lock = threading.Lock()
 
 
+def sqlite_path(url: str) -> str:
+    """The file a sqlite:/// URL names."""
+    return unquote(url[len("sqlite:///"):].split("?", 1)[0])
+
+
 def make_database(url: str, timeout: float = 5.0) -> Database:
     """Build (but do not connect) the database named by a checked QL_DB_URL."""
     if url.startswith("sqlite:///"):
-        path = unquote(url[len("sqlite:///"):].split("?", 1)[0])
-        return SqliteDatabase(path, pragmas=SQLITE_PRAGMAS, timeout=timeout, autoconnect=False,
-                              check_same_thread=False)
+        return SqliteDatabase(sqlite_path(url), pragmas=SQLITE_PRAGMAS, timeout=timeout,
+                              autoconnect=False, check_same_thread=False)
+    try:
+        import psycopg2  # noqa: F401 -- only PostgreSQL needs it; say so before connecting
+    except ImportError:
+        raise ConfigError("QL_DB_URL names PostgreSQL, but its driver is not installed: "
+                          "pip install 'qlshadow[postgres]'") from None
     parts = urlsplit(url)
     options = dict(parse_qsl(parts.query))
     kwargs = {key: value for key, value in (
@@ -68,6 +81,66 @@ def bind(db: Database) -> None:
     database.initialize(db)
 
 
+def open_database(settings, create: bool = True) -> tuple:
+    """The one way to open the database (app factory, CLI, tests): bind the models to it.
+
+    With create, the data directory is made if missing and missing tables are created
+    (never dropping data). Without it (read-only commands), nothing is created and no
+    write lock is taken: a database that does not exist yet is an error.
+    Returns (database, journal mode on SQLite or "").
+    """
+    _check_data_dir(settings.data_dir, create)
+    db = make_database(settings.db_url, settings.db_timeout)
+    bind(db)
+    if is_sqlite(db):
+        _check_sqlite_file(db.database, create)
+    if not create:
+        return db, ""
+    try:
+        return db, create_schema()
+    except OperationalError as exc:
+        if is_sqlite(db):
+            raise Unavailable(f"cannot open the SQLite database {db.database}: "
+                              f"{_sqlite_cause(db.database, exc)}") from None
+        raise
+
+
+def _check_data_dir(path: str, create: bool) -> None:
+    if os.path.isdir(path):
+        return
+    if os.path.exists(path):
+        raise ConfigError(f"QL_DATA_DIR={path!r} is not a directory")
+    if not create:
+        return
+    try:
+        # Only the data directory itself (and its parents) is ours to create; 0700 because
+        # it holds the database, tokens and task logs.
+        os.makedirs(path, mode=0o700, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"QL_DATA_DIR={path!r} cannot be created: {exc.strerror}") from None
+
+
+def _check_sqlite_file(path: str, create: bool) -> None:
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):
+        raise ConfigError(f"QL_DB_URL: the directory of the SQLite file {path} does not exist")
+    if not create and not os.path.exists(path):
+        raise Unavailable(f"there is no database at {path} yet; "
+                          "run `qlshadow db init` or start `qlshadow serve` first")
+    if os.path.isdir(path):
+        raise ConfigError(f"QL_DB_URL: the SQLite path {path} is a directory")
+
+
+def _sqlite_cause(path: str, exc: Exception) -> str:
+    """Why SQLite could not open or write path, in words an operator can act on."""
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.access(directory, os.W_OK | os.X_OK):
+        return f"its directory {directory} is not writable by this user"
+    if os.path.exists(path) and not os.access(path, os.R_OK | os.W_OK):
+        return "the file is not readable and writable by this user (owned by another user?)"
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+
+
 def create_schema() -> str:
     """Create whatever tables and indexes are missing; never drops or alters data.
 
@@ -92,7 +165,7 @@ def ensure_connection() -> None:
         database.connect()
     elif not is_sqlite() and _hung_up(database.connection()):
         # PostgreSQL restarted since this thread last used its connection. Reconnect now,
-        # before the request starts, instead of losing this callback to a 503.
+        # before the request starts, instead of losing this callback to an error.
         discard_connection()
         database.connect()
 
@@ -103,7 +176,6 @@ def _hung_up(conn) -> bool:
     An idle connection receives nothing unless the server said goodbye (a FATAL message
     or EOF), so a readable socket means it is dead; one non-blocking select, no query.
     """
-    import select
     try:
         return bool(conn.closed) or bool(select.select([conn.fileno()], [], [], 0)[0])
     except (OSError, ValueError):

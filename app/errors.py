@@ -1,74 +1,31 @@
-"""One error type for the API, and JSON handlers for it and for everything else.
+"""The core's own errors: what went wrong, in one sentence a user can act on.
 
-Every 4xx/5xx leaves as {"code": N, "message": "<one sentence>"}: never HTML, never a
-traceback. The handlers live on the app, not a blueprint, so unmatched URLs get them too.
+The core (legacy, crons, runner, shadow, reconcile ...) raises these and knows nothing of
+HTTP; the web layer (views/errors.py) and the command line (cli.py) each turn them into
+their own answer.
 """
 from __future__ import annotations
 
-import logging
 
-log = logging.getLogger("qlshadow")
+class QlError(Exception):
+    """Base of the core's errors; str(error) is the one-sentence message."""
 
-
-class ApiError(Exception):
-    """An error answered as JSON with an HTTP status and one clear sentence."""
-
-    def __init__(self, status: int, message: str):
+    def __init__(self, message: str):
         super().__init__(message)
-        self.status = status
         self.message = message
 
 
-def json_error(status: int, message: str):
-    from flask import jsonify
-    response = jsonify(code=status, message=message)
-    response.status_code = status
-    return response
+class InvalidInput(QlError):
+    """A value the caller sent cannot be used; the message names the field."""
 
 
-_HTTP_MESSAGES = {
-    400: "The request is malformed.",
-    404: "No such endpoint.",
-    405: "This method is not allowed on this endpoint.",
-    413: "The request body is too large.",
-}
+class NotFound(QlError):
+    """The thing named (a cron, a run) does not exist."""
 
 
-def init_app(app) -> None:
-    from peewee import DatabaseError, DataError, IntegrityError, InterfaceError
-    from werkzeug.exceptions import HTTPException
+class Conflict(QlError):
+    """The change conflicts with data that already exists."""
 
-    from . import db
 
-    @app.errorhandler(ApiError)
-    def _api_error(exc: ApiError):
-        return json_error(exc.status, exc.message)
-
-    @app.errorhandler(HTTPException)
-    def _http_error(exc: HTTPException):
-        status = exc.code or 500
-        if status == 413:
-            return json_error(413, f"The request body is larger than {app.config['MAX_CONTENT_LENGTH']} bytes.")
-        return json_error(status, _HTTP_MESSAGES.get(status, exc.name + "."))
-
-    @app.errorhandler(IntegrityError)
-    def _conflict(exc):
-        return json_error(409, "The change conflicts with existing data.")
-
-    @app.errorhandler(DataError)
-    def _data_error(exc):
-        return json_error(400, "A value is out of range for the database.")
-
-    @app.errorhandler(DatabaseError)
-    @app.errorhandler(InterfaceError)
-    def _db_down(exc):
-        # Locked, full, restarting or unreachable: the request wrote nothing (its transaction
-        # rolled back); drop the connection so the next request on this thread reconnects.
-        log.warning("database error: %s", str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
-        db.discard_connection()
-        return json_error(503, "The database is unavailable; try again shortly.")
-
-    @app.errorhandler(Exception)
-    def _unexpected(exc):
-        log.exception("unexpected error")
-        return json_error(500, "Internal error; the request wrote nothing.")
+class Unavailable(QlError):
+    """A part the request needs cannot work right now (a missing script, a full disk)."""

@@ -1,4 +1,4 @@
-"""The 2.x status callback: parse its body strictly, apply rules 1-5 of SPEC §2 (no Flask).
+"""The 2.x status callback: parse its body strictly, apply rules 1-5 (docs/CONTRACT.md).
 
 Unknown keys are ignored on purpose: in 2.x one strictly validated new field made every
 status update fail and left tasks stuck "running"; a newer client must never break us.
@@ -9,12 +9,11 @@ import json
 from dataclasses import dataclass
 
 from .db import prebuilt
-from .errors import ApiError
+from .errors import InvalidInput
 from .models import (CRON_IDLE, CRON_RUNNING, INSTANCE_ERROR, INSTANCE_FINISHED,
                      INSTANCE_RUNNING, Cron, database, storable)
+from .parse import INT32_MAX, INT32_MIN, INT64_MAX, to_int
 
-INT64_MAX = 2**63 - 1
-INT32_MIN, INT32_MAX = -2**31, 2**31 - 1
 STATUS_CODES = {0: 0, 1: 1, 2: 2, 3: 3, "0": 0, "1": 1, "2": 2, "3": 3}
 NOT_GIVEN = object()  # the key is absent, null or "": rule 3 leaves the column alone
 
@@ -32,70 +31,56 @@ class StatusCallback:
 
 
 def decode_json(raw: bytes):
-    """Parse a request body as JSON whatever its Content-Type; 400 on anything else."""
+    """Parse a request body as JSON whatever its Content-Type; InvalidInput on anything else."""
     try:
         return json.loads(raw, parse_constant=_reject_constant)
     except (ValueError, RecursionError):
-        raise ApiError(400, "The request body is not valid JSON.") from None
+        raise InvalidInput("The request body is not valid JSON.") from None
 
 
 def _reject_constant(name):
     raise ValueError(name)
 
 
-def _is_int(value) -> bool:
-    return type(value) is int
-
-
-def _id(value) -> int | None:
-    if _is_int(value):
-        number = value
-    elif type(value) is str and value.isascii() and value.isdigit() and len(value) <= 19:
-        number = int(value)
-    else:
-        return None
-    return number if 0 < number <= INT64_MAX else None
-
-
 def _optional_int(body: dict, key: str, lo: int, hi: int):
     value = body.get(key)
     if value is None or value == "":
         return NOT_GIVEN
-    if not _is_int(value) or not lo <= value <= hi:
-        raise ApiError(400, f"'{key}' must be an integer between {lo} and {hi} or null.")
+    if type(value) is not int or not lo <= value <= hi:
+        raise InvalidInput(f"'{key}' must be an integer between {lo} and {hi} or null.")
     return value
 
 
 def parse_status_callback(body) -> StatusCallback:
-    """Validate a status callback body; raises ApiError(400) naming the first bad field."""
+    """Validate a status callback body; raises InvalidInput naming the first bad field."""
     if not isinstance(body, dict):
-        raise ApiError(400, "The request body must be a JSON object.")
+        raise InvalidInput("The request body must be a JSON object.")
     raw_ids = body.get("ids")
     if not isinstance(raw_ids, list) or not raw_ids:
-        raise ApiError(400, "'ids' must be a non-empty list of cron ids.")
+        raise InvalidInput("'ids' must be a non-empty list of cron ids.")
     ids = []
     for raw in raw_ids:
-        cron_id = _id(raw)
+        cron_id = to_int(raw, 1, INT64_MAX)
         if cron_id is None:
-            raise ApiError(400, "'ids' must hold only positive integer cron ids.")
+            raise InvalidInput("'ids' must hold only positive integer cron ids.")
         if cron_id not in ids:
             ids.append(cron_id)
     status = body.get("status")
     if status is None or type(status) not in (int, str) or status not in STATUS_CODES:
-        raise ApiError(400, "'status' must be 0 (running), 1 (idle), 2 (disabled) or 3 (queued).")
+        raise InvalidInput("'status' must be 0 (running), 1 (idle), 2 (disabled) or 3 (queued).")
     pid = body.get("pid")
     if pid is None or pid in ("", "''"):
         pid = NOT_GIVEN
-    elif type(pid) is str and pid.isascii() and pid.isdigit() and len(pid) <= 18:
-        pid = int(pid)
-    elif not (_is_int(pid) and 0 <= pid <= INT64_MAX):
-        raise ApiError(400, "'pid' must be a non-negative integer, a digit string, '' or null.")
+    else:
+        pid = to_int(pid, 0, INT64_MAX)
+        if pid is None:
+            raise InvalidInput("'pid' must be a non-negative integer, a digit string, '' or null.")
     log_path = body.get("log_path")
     if log_path is None or log_path == "":
         log_path = NOT_GIVEN
     elif type(log_path) is not str or len(log_path) > 1024 or not storable(log_path):
-        raise ApiError(400, "'log_path' must be a string of at most 1024 characters "
-                            "(no NUL, valid Unicode) or null.")
+        raise InvalidInput("'log_path' must be a string of at most 1024 characters "
+                           "(no NUL, valid Unicode) or null.")
     execution_id = body.get("execution_id", None)
     return StatusCallback(
         ids=tuple(ids),

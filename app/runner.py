@@ -1,4 +1,4 @@
-"""Manual runs (SPEC §5): start task.sh for a cron now, detached, without the origin marker.
+"""Manual runs (docs/CONTRACT.md, "Manual runs"): start task.sh for a cron now, detached, without the origin marker.
 
 The runner reports through the same Legacy callbacks as a crond run, but it never makes
 an execution_id (no marker), so a manual run is a RunningInstance and never a Shadow Run.
@@ -10,7 +10,10 @@ from __future__ import annotations
 import os
 import subprocess
 
-from .errors import ApiError
+from .crontab import CrontabError, shell_dir, task_env
+from .db import connected
+from .errors import NotFound, Unavailable
+from .models import Cron
 
 # The intermediate shell backgrounds the task and exits at once; the task is re-parented
 # to init, so the service neither waits for it nor leaves a zombie behind.
@@ -18,15 +21,12 @@ _DETACH = '"$@" </dev/null >/dev/null 2>&1 &'
 
 
 def _rows(ids: list) -> dict:
-    from .db import connected
-    from .models import Cron
     with connected():
         return {row["id"]: row for row in Cron.select().where(Cron.id.in_(ids)).dicts()}
 
 
 def run_env(settings, cron: dict) -> dict:
     """The environment of a manual run: ours minus every QL_ setting (and any marker)."""
-    from .crontab import task_env
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("QL_", "QL3_")) and k != "ID"}
     env.setdefault("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
@@ -35,17 +35,16 @@ def run_env(settings, cron: dict) -> dict:
 
 
 def start_manual(settings, ids: list) -> list:
-    """Start one detached task.sh per cron id; 404 (and nothing started) if one is unknown."""
-    from .crontab import CrontabError, shell_dir
+    """Start one detached task.sh per cron id; NotFound (and nothing started) if one is unknown."""
     wanted = list(dict.fromkeys(ids))
     rows = _rows(wanted)
     missing = [cron_id for cron_id in wanted if cron_id not in rows]
     if missing:
-        raise ApiError(404, f"Cron {missing[0]} does not exist.")
+        raise NotFound(f"Cron {missing[0]} does not exist.")
     try:
         task = os.path.join(shell_dir(), "task.sh")
     except CrontabError as exc:
-        raise ApiError(500, f"Manual runs are unavailable: {exc}.") from None
+        raise Unavailable(f"Manual runs are unavailable: {exc}.") from None
     for cron_id in wanted:
         cron = rows[cron_id]
         # The command is passed as one argument, so it needs no escaping; /bin/sh runs

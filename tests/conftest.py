@@ -17,7 +17,8 @@ import uuid
 
 import pytest
 
-from qlshadow import config, create_app, db
+from qlshadow import config, db
+from qlshadow.views import create_app
 
 PG_ADMIN_DSN = os.environ.get("QL_TEST_PG_ADMIN", "host=127.0.0.1 port=5432 user=postgres dbname=postgres")
 PG_URL_BASE = os.environ.get("QL_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/")

@@ -176,11 +176,11 @@ def test_an_expired_token_is_a_401(client, token):
 
 
 def test_a_token_already_checked_is_refused_once_its_30_days_are_over(client, token, monkeypatch):
-    import qlshadow.views
+    import qlshadow.views.common
     assert client.get("/open/crons", headers=bearer(token)).status_code == 200
     later = time.time() + TOKEN_LIFETIME + 1
     # Only the clock the auth hook reads moves on; the database is the real one.
-    monkeypatch.setattr(qlshadow.views, "time", type("Clock", (), {"time": staticmethod(lambda: later)}))
+    monkeypatch.setattr(qlshadow.views.common, "time", type("Clock", (), {"time": staticmethod(lambda: later)}))
 
     response = client.get("/open/crons", headers=bearer(token))
 
@@ -189,12 +189,12 @@ def test_a_token_already_checked_is_refused_once_its_30_days_are_over(client, to
 
 def test_a_token_deleted_from_the_database_stops_working_within_a_minute(client, token,
                                                                          monkeypatch):
-    import qlshadow.views
+    import qlshadow.views.common
     from qlshadow.models import Token
     assert client.get("/open/crons", headers=bearer(token)).status_code == 200
     Token.delete().execute()  # revoke every token, as an operator would
-    later = time.time() + qlshadow.views.TOKEN_RECHECK + 1
-    monkeypatch.setattr(qlshadow.views, "time", type("Clock", (), {"time": staticmethod(lambda: later)}))
+    later = time.time() + qlshadow.views.common.TOKEN_RECHECK + 1
+    monkeypatch.setattr(qlshadow.views.common, "time", type("Clock", (), {"time": staticmethod(lambda: later)}))
 
     response = client.get("/open/crons", headers=bearer(token))
 

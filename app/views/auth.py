@@ -7,13 +7,13 @@ from flask import Blueprint, request
 
 from ..auth import app_for_credentials, issue_token
 from ..db import write_transaction
-from ..errors import ApiError
-from . import ok
+from .common import ok
+from .errors import ApiError
 
-bp = Blueprint("auth", __name__)
+bp = Blueprint("auth", __name__, url_prefix="/open/auth")
 
 
-@bp.route("/open/auth/token", methods=["GET"])
+@bp.route("/token", methods=["GET"])
 def token():
     client_id = request.args.get("client_id", "")
     client_secret = request.args.get("client_secret", "")

@@ -12,12 +12,14 @@ from flask import Blueprint, Response, current_app, request
 
 from ..db import write_transaction
 from ..legacy import NOT_GIVEN, apply_status_callback, decode_json, parse_status_callback
+from .common import requires_scope
 
-bp = Blueprint("callback", __name__)
+bp = Blueprint("callback", __name__, url_prefix="/open/crons")
 OK_BODY = b'{"code":200}\n'
 
 
-@bp.route("/open/crons/status", methods=["PUT", "POST"])
+@bp.route("/status", methods=["PUT", "POST"])
+@requires_scope("crons", "status")
 def status():
     settings = current_app.extensions["qlshadow"]
     cb = parse_status_callback(decode_json(request.get_data(cache=False)))
@@ -26,6 +28,7 @@ def status():
     with write_transaction():
         crons = apply_status_callback(cb, now)
         if shadow:
+            # Imported here: with Shadow off (the default) the writer is never loaded.
             from ..shadow.writer import observe
             observe(cb, crons, now, settings.failure_cap)
     return Response(OK_BODY, status=200, mimetype="application/json")

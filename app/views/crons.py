@@ -6,11 +6,13 @@ import logging
 from flask import Blueprint, current_app, request
 
 from .. import crons
+from ..crontab import CrontabError, sync
 from ..db import write_transaction
 from ..legacy import decode_json
-from . import ok, query_int
+from ..runner import start_manual
+from .common import ok, query_int, requires_scope
 
-bp = Blueprint("crons", __name__)
+bp = Blueprint("crons", __name__, url_prefix="/open/crons")
 
 
 def _body():
@@ -19,7 +21,6 @@ def _body():
 
 def _changed():
     """Every cron change re-renders (and in system mode installs) the crontab."""
-    from ..crontab import CrontabError, sync
     try:
         sync(current_app.extensions["qlshadow"])
     except CrontabError as exc:
@@ -28,24 +29,28 @@ def _changed():
         logging.getLogger("qlshadow").warning("crontab not updated: %s", exc)
 
 
-@bp.route("/open/crons", methods=["GET"])
+@bp.route("", methods=["GET"])
+@requires_scope("crons")
 def listing():
     page = query_int("page", 1, 1, 10**9)
     size = query_int("size", 20, 1, 500)
     return ok(crons.listing(page, size))
 
 
-@bp.route("/open/crons/<int:cron_id>", methods=["GET"])
+@bp.route("/<int:cron_id>", methods=["GET"])
+@requires_scope("crons")
 def show(cron_id: int):
     return ok(crons.get(cron_id))
 
 
-@bp.route("/open/crons/<int:cron_id>/instances", methods=["GET"])
+@bp.route("/<int:cron_id>/instances", methods=["GET"])
+@requires_scope("crons")
 def instances(cron_id: int):
     return ok(crons.instances(cron_id, query_int("limit", 50, 1, 500)))
 
 
-@bp.route("/open/crons", methods=["POST"])
+@bp.route("", methods=["POST"])
+@requires_scope("crons")
 def create():
     body = _body()
     with write_transaction():
@@ -54,7 +59,8 @@ def create():
     return ok(cron)
 
 
-@bp.route("/open/crons", methods=["PUT"])
+@bp.route("", methods=["PUT"])
+@requires_scope("crons")
 def update():
     body = _body()
     with write_transaction():
@@ -63,7 +69,8 @@ def update():
     return ok(cron)
 
 
-@bp.route("/open/crons", methods=["DELETE"])
+@bp.route("", methods=["DELETE"])
+@requires_scope("crons")
 def delete():
     ids = crons.cron_ids(_body())
     with write_transaction():
@@ -72,7 +79,8 @@ def delete():
     return ok()
 
 
-@bp.route("/open/crons/disable", methods=["PUT"])
+@bp.route("/disable", methods=["PUT"])
+@requires_scope("crons")
 def disable():
     ids = crons.cron_ids(_body())
     with write_transaction():
@@ -81,7 +89,8 @@ def disable():
     return ok()
 
 
-@bp.route("/open/crons/enable", methods=["PUT"])
+@bp.route("/enable", methods=["PUT"])
+@requires_scope("crons")
 def enable():
     ids = crons.cron_ids(_body())
     with write_transaction():
@@ -90,9 +99,9 @@ def enable():
     return ok()
 
 
-@bp.route("/open/crons/run", methods=["PUT"])
+@bp.route("/run", methods=["PUT"])
+@requires_scope("crons")
 def run():
     ids = crons.cron_ids(_body())
-    from ..runner import start_manual
     # Only reads, then starts detached runners: no transaction is held while they start.
     return ok(start_manual(current_app.extensions["qlshadow"], ids))

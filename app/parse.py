@@ -1,0 +1,42 @@
+"""The one integer parser: ids, pids, times and limits read the same way everywhere.
+
+JSON bodies, query strings and command-line arguments all accept an int or an ASCII
+digit string; so the same id string is valid or invalid whatever path it came in by.
+"""
+from __future__ import annotations
+
+from .errors import InvalidInput
+
+INT64_MAX = 2**63 - 1
+INT32_MIN, INT32_MAX = -2**31, 2**31 - 1
+# 19 digits hold every int64; a longer digit string is refused before int() so that a
+# huge body cannot make us convert a million-digit number.
+_MAX_DIGITS = 19
+
+
+def to_int(value, lo: int, hi: int) -> int | None:
+    """value as an int within [lo, hi] (an int, or a string of ASCII digits), else None."""
+    if type(value) is int:
+        number = value
+    elif (type(value) is str and 0 < len(value) <= _MAX_DIGITS and value.isascii()
+          and value.isdigit()):
+        number = int(value)
+    else:
+        return None
+    return number if lo <= number <= hi else None
+
+
+def parse_int(value, field: str, lo: int, hi: int) -> int:
+    """to_int, or InvalidInput naming the field and the range."""
+    number = to_int(value, lo, hi)
+    if number is None:
+        raise InvalidInput(f"'{field}' must be an integer between {lo} and {hi}.")
+    return number
+
+
+def parse_id(value, field: str = "id") -> int:
+    """A positive int64 id (a cron id, a failure id)."""
+    number = to_int(value, 1, INT64_MAX)
+    if number is None:
+        raise InvalidInput(f"'{field}' must be a positive integer id.")
+    return number

@@ -1,0 +1,163 @@
+"""The package's shape: its import name, which layer may speak HTTP, one-way imports,
+declared auth, and one integer parser for every way an id comes in."""
+from __future__ import annotations
+
+import ast
+import glob
+import os
+import subprocess
+import sys
+import zipfile
+
+import pytest
+
+from conftest import ROOT
+
+APP_DIR = os.path.join(ROOT, "app")
+
+
+def _modules() -> dict:
+    """qlshadow module name -> parsed source, for every file under app/."""
+    found = {}
+    for path in glob.glob(os.path.join(APP_DIR, "**", "*.py"), recursive=True):
+        rel = os.path.relpath(path, APP_DIR)[:-3].replace(os.sep, ".")
+        name = "qlshadow" if rel == "__init__" else "qlshadow." + rel.removesuffix(".__init__")
+        with open(path, encoding="utf-8") as fh:
+            found[name] = (path, ast.parse(fh.read()))
+    return found
+
+
+def _imports(name: str, path: str, tree: ast.AST) -> set:
+    """Absolute names of every module `name` imports, lazily or not."""
+    package = name if path.endswith("__init__.py") else name.rpartition(".")[0]
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package
+                for _ in range(node.level - 1):
+                    base = base.rpartition(".")[0]
+                base = f"{base}.{node.module}" if node.module else base
+            else:
+                base = node.module
+            out.add(base)
+            out.update(f"{base}.{alias.name}" for alias in node.names)
+    return out
+
+
+def test_the_wheel_installs_the_import_package_qlshadow_and_no_top_level_app(tmp_path):
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w",
+                    str(tmp_path), ROOT], check=True, capture_output=True, timeout=300)
+    (wheel,) = glob.glob(str(tmp_path / "qlshadow-*.whl"))
+    tops = {name.split("/")[0] for name in zipfile.ZipFile(wheel).namelist()}
+    assert "qlshadow" in tops
+    assert "app" not in tops
+    assert "qlshadow/cli.py" in zipfile.ZipFile(wheel).namelist()
+
+
+def test_python_dash_m_qlshadow_cli_answers_help_from_any_directory(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "qlshadow.cli", "--help"], cwd=tmp_path,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert "serve" in result.stdout
+
+
+def test_no_module_outside_views_imports_flask_or_werkzeug():
+    offenders = []
+    for name, (path, tree) in _modules().items():
+        if name.startswith("qlshadow.views"):
+            continue
+        web = {m for m in _imports(name, path, tree) if m.split(".")[0] in ("flask", "werkzeug")}
+        if web:
+            offenders.append((name, sorted(web)))
+    assert offenders == []
+
+
+@pytest.mark.parametrize("status", ["200", "400", "401", "403", "404", "409", "413", "500", "503"])
+def test_no_module_outside_views_mentions_an_http_status(status):
+    offenders = []
+    for name, (path, tree) in _modules().items():
+        if name.startswith("qlshadow.views"):
+            continue
+        with open(path, encoding="utf-8") as fh:
+            for number, line in enumerate(fh, 1):
+                # Limits such as DETAIL_MAX = 500 are sizes, not statuses.
+                if "_MAX" in line:
+                    continue
+                if status in line.replace(".", " ").replace(",", " ").replace("(", " ").split():
+                    offenders.append(f"{path}:{number}")
+    assert offenders == []
+
+
+def test_imports_between_modules_go_one_way():
+    modules = _modules()
+    graph = {name: {m for m in _imports(name, path, tree) if m in modules and m != name}
+             for name, (path, tree) in modules.items()}
+    # A package importing its own submodules is how a package is made, not a cycle back.
+    for name in graph:
+        graph[name] = {m for m in graph[name] if not (m == "qlshadow" and name != "qlshadow")}
+
+    cycles = []
+
+    def visit(node, trail):
+        for nxt in graph[node]:
+            if nxt in trail:
+                cycles.append(trail[trail.index(nxt):] + [nxt])
+            elif nxt not in done:
+                visit(nxt, trail + [nxt])
+        done.add(node)
+
+    done: set = set()
+    for start in sorted(graph):
+        if start not in done:
+            visit(start, [start])
+    assert cycles == []
+
+
+def test_every_open_route_but_the_token_exchange_declares_its_scope(app):
+    undeclared = []
+    for rule in app.url_map.iter_rules():
+        if not rule.rule.startswith("/open/") or rule.rule == "/open/auth/token":
+            continue
+        view = app.view_functions[rule.endpoint]
+        if not getattr(view, "required_scopes", None):
+            undeclared.append(rule.rule)
+    assert undeclared == []
+
+
+def test_the_status_callback_accepts_a_crons_or_a_status_token(app):
+    view = app.view_functions["callback.status"]
+    assert view.required_scopes == {"crons", "status"}
+
+
+# One integer parser: the same id text is valid (or not) on every path it comes in by.
+LONGEST_ID = str(2**63 - 1)      # 19 digits, the largest int64
+TOO_LONG_ID = str(2**63)         # 19 digits, one past int64
+
+
+def test_a_nineteen_digit_id_is_accepted_by_the_callback_and_by_delete(client, auth):
+    callback = client.put("/open/crons/status", json={"ids": [LONGEST_ID], "status": 1},
+                          headers=auth)
+    delete = client.delete("/open/crons", json=[LONGEST_ID], headers=auth)
+    disable = client.put("/open/crons/disable", json=[LONGEST_ID], headers=auth)
+    assert (callback.status_code, delete.status_code, disable.status_code) == (200, 200, 200)
+
+
+def test_an_id_past_int64_is_refused_by_the_callback_and_by_delete(client, auth):
+    callback = client.put("/open/crons/status", json={"ids": [TOO_LONG_ID], "status": 1},
+                          headers=auth)
+    delete = client.delete("/open/crons", json=[TOO_LONG_ID], headers=auth)
+    update = client.put("/open/crons", json={"id": TOO_LONG_ID, "name": "x"}, headers=auth)
+    listing = client.get(f"/open/runs?cron_id={TOO_LONG_ID}", headers=auth)
+    assert [r.status_code for r in (callback, delete, update, listing)] == [400, 400, 400, 400]
+
+
+def test_the_integer_parser_takes_ints_and_ascii_digits_only():
+    from qlshadow.errors import InvalidInput
+    from qlshadow.parse import parse_int, to_int
+    assert to_int("42", 0, 100) == 42 and to_int(42, 0, 100) == 42
+    assert [to_int(v, 0, 100) for v in ("", "4 2", "-1", "٤٢", 4.0, True, None, "101")] == [None] * 8
+    with pytest.raises(InvalidInput, match="'limit' must be an integer between 1 and 500"):
+        parse_int("0", "limit", 1, 500)
