@@ -1,4 +1,4 @@
-"""Execution ids (SPEC §3), deterministic Run/Attempt ids and task revisions (SPEC §4)."""
+"""Execution ids, deterministic Run/Attempt ids and task revisions (docs/CONTRACT.md)."""
 from __future__ import annotations
 
 import hashlib
@@ -52,7 +52,7 @@ def seconds_of_run_id(value: str) -> int | None:
 
 
 def task_revision(doc: dict) -> str:
-    """sha256 hex of the cron definition as stored (SPEC §4); one function for every origin."""
+    """sha256 hex of the cron definition as stored; one function for every origin."""
     text = json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
@@ -60,7 +60,7 @@ def task_revision(doc: dict) -> str:
 def revision_doc(name, command, schedule, extra_schedules=None, task_before=None,
                  task_after=None, work_dir=None, log_name=None,
                  allow_multiple_instances=0) -> dict:
-    """The fields a task revision covers, normalised as SPEC §4 says."""
+    """The fields a task revision covers, normalised as docs/CONTRACT.md says."""
     return {"name": name, "command": command, "schedule": schedule,
             "extra_schedules": extra_schedules, "task_before": task_before,
             "task_after": task_after, "work_dir": work_dir, "log_name": log_name,

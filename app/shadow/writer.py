@@ -1,4 +1,4 @@
-"""The Shadow writer: admit a system-crond callback as exactly one Run (SPEC §4).
+"""The Shadow writer: admit a system-crond callback as exactly one Run (docs/CONTRACT.md).
 
 Called inside the callback's single transaction, after the Legacy writes. Everything it
 does runs in a savepoint: drift, conflicts and database errors roll back only the Shadow
@@ -7,7 +7,9 @@ No retries, timers or threads: the database's unique key decides every race.
 """
 from __future__ import annotations
 
+import json
 import logging
+
 from ..db import prebuilt
 from ..legacy import NOT_GIVEN, StatusCallback
 from ..models import ShadowFailure, database, storable
@@ -30,7 +32,6 @@ def cron_revision(cron: dict) -> str:
     """Task revision of a cron row as stored (extra_schedules is kept as JSON text)."""
     extra = cron["extra_schedules"]
     if extra is not None:
-        import json
         extra = json.loads(extra)
     return task_revision(revision_doc(
         cron["name"], cron["command"], cron["schedule"], extra, cron["task_before"],
