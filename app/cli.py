@@ -62,7 +62,9 @@ def cmd_serve(args) -> int:
     from .views import create_app
     settings = _settings(args)
     app = create_app(settings)
-    logging.basicConfig(level=logging.INFO, format="qlshadow: %(levelname)s %(name)s: %(message)s")
+    handler = logging.StreamHandler()
+    handler.setFormatter(_LogFormat())
+    logging.basicConfig(level=logging.INFO, handlers=[handler])
     # waitress warns "Task queue depth is N" for every queued request: a crond burst would
     # fill a router's log with them.
     logging.getLogger("waitress.queue").setLevel(logging.ERROR)
@@ -104,6 +106,21 @@ def cmd_serve(args) -> int:
     finally:
         server.close()
     return 0
+
+
+class _LogFormat(logging.Formatter):
+    """One prefix per server line, like the CLI's: 'qlshadow: warning: ...'.
+
+    Our own loggers add nothing more; another library's line names it once.
+    """
+
+    def format(self, record: logging.LogRecord) -> str:
+        source = "" if record.name.split(".")[0] == "qlshadow" else f"{record.name}: "
+        level = "" if record.levelno == logging.INFO else f"{record.levelname.lower()}: "
+        text = f"qlshadow: {level}{source}{record.getMessage()}"
+        if record.exc_info:
+            text += "\n" + self.formatException(record.exc_info)
+        return text
 
 
 def _stop_serving(signum, frame) -> None:

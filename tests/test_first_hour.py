@@ -130,3 +130,19 @@ def test_read_only_commands_answer_while_another_process_holds_the_write_lock(ap
             assert result.returncode == 0, (args, result.stderr)
     finally:
         holder.close()
+
+
+def test_server_log_lines_carry_one_prefix():
+    import logging
+
+    from qlshadow.cli import _LogFormat
+    fmt = _LogFormat()
+
+    def line(name, level, message):
+        return fmt.format(logging.LogRecord(name, level, __file__, 1, message, None, None))
+
+    assert line("qlshadow", logging.WARNING, "crontab not updated: x") == \
+        "qlshadow: warning: crontab not updated: x"
+    assert line("qlshadow.shadow", logging.WARNING, "Shadow write failed") == \
+        "qlshadow: warning: Shadow write failed"
+    assert line("waitress", logging.ERROR, "socket error") == "qlshadow: error: waitress: socket error"
