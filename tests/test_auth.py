@@ -1,4 +1,4 @@
-"""Auth (SPEC §2): apps with scopes, 30-day bearer tokens stored as SHA-256 hashes, the
+"""Auth (CONTRACT.md §2.2): apps with scopes, 30-day bearer tokens stored as SHA-256 hashes, the
 system app and its token.json, 401/403, and 400 for non-lowercase /open/ paths."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Errors (SPEC §2): every 4xx/5xx is {"code": N, "message": "..."} JSON, never HTML or a
+"""Errors (CONTRACT.md §2.1): every 4xx/5xx is {"code": N, "message": "..."} JSON, never HTML or a
 traceback; every request is one transaction, so a failure writes nothing."""
 from __future__ import annotations
 
