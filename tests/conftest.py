@@ -1,8 +1,11 @@
-"""Shared fixtures: a real SQLite file and a real, uniquely named PostgreSQL database.
+"""Shared fixtures: a real SQLite file and a real PostgreSQL database.
 
-Every database test runs on both backends via the `backend` parameter. PostgreSQL tests
-skip with a reason when the server is unreachable, except when QL_REQUIRE_POSTGRES=1 (set
-by .ci/run), where they fail.
+Every database test runs on both backends via the `backend` parameter. SQLite gets a new
+file per test. PostgreSQL gets one database per session (made on first use), emptied before
+each test by dropping and recreating its schema: creating and dropping a database per test
+was most of the suite's wall time. A test still sees no tables, and sequences start at 1.
+PostgreSQL tests skip with a reason when the server is unreachable, except when
+QL_REQUIRE_POSTGRES=1 (set by .ci/run), where they fail.
 """
 from __future__ import annotations
 
@@ -27,9 +30,10 @@ REQUIRE_PG = os.environ.get("QL_REQUIRE_POSTGRES") == "1"
 BACKENDS = ["sqlite", "postgres"]
 
 
-def _pg_admin():
+def _pg_admin(dbname: str | None = None):
     import psycopg2
-    conn = psycopg2.connect(PG_ADMIN_DSN, connect_timeout=3)
+    extra = {"dbname": dbname} if dbname else {}
+    conn = psycopg2.connect(PG_ADMIN_DSN, connect_timeout=3, **extra)
     conn.autocommit = True
     return conn
 
@@ -42,13 +46,17 @@ def _pg_reachable() -> str | None:
         return f"PostgreSQL unreachable ({PG_ADMIN_DSN}): {str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__}"
 
 
-def create_pg_database() -> tuple:
-    """Create a uniquely named database; returns (url, name)."""
+def _require_pg() -> None:
     problem = _pg_reachable()
     if problem:
         if REQUIRE_PG:
             pytest.fail(problem + " — QL_REQUIRE_POSTGRES=1 makes this a failure")
         pytest.skip(problem)
+
+
+def create_pg_database() -> tuple:
+    """Create a uniquely named database; returns (url, name). The caller drops it."""
+    _require_pg()
     name = f"qlshadow_test_{uuid.uuid4().hex[:12]}"
     conn = _pg_admin()
     with conn.cursor() as cur:
@@ -64,20 +72,79 @@ def drop_pg_database(name: str) -> None:
     conn.close()
 
 
+def empty_pg_database(name: str) -> None:
+    """Bring a database back to empty: no connections, no tables, functions or sequences.
+
+    A test may have dropped it on purpose (database-down tests); then it is made again.
+    """
+    admin = _pg_admin()
+    try:
+        with admin.cursor() as cur:
+            cur.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,))
+            if cur.fetchone() is None:
+                cur.execute(f'CREATE DATABASE "{name}"')
+                return
+            # What DROP DATABASE ... WITH (FORCE) did: a connection left by the previous test
+            # (a thread's kept connection, a child process) must not hold a lock on a table.
+            cur.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                        "WHERE datname = %s AND pid <> pg_backend_pid()", (name,))
+    finally:
+        admin.close()
+    conn = _pg_admin(name)
+    try:
+        with conn.cursor() as cur:
+            cur.execute("DROP SCHEMA public CASCADE; CREATE SCHEMA public")
+    finally:
+        conn.close()
+
+
+class SessionDatabases:
+    """This session's PostgreSQL databases by role ("main", "twin"), made on first use."""
+
+    def __init__(self):
+        self.names: dict = {}
+
+    def fresh(self, role: str = "main") -> str:
+        """The URL of the role's database, emptied for the calling test."""
+        name = self.names.get(role)
+        if name is None:
+            _, name = create_pg_database()  # skips (or fails in CI) when unreachable
+            self.names[role] = name
+        else:
+            empty_pg_database(name)
+        return PG_URL_BASE + name
+
+    def drop_all(self) -> None:
+        for name in self.names.values():
+            drop_pg_database(name)
+
+
+@pytest.fixture(scope="session")
+def pg_databases():
+    """One PostgreSQL database per role for the whole session; dropped at its end."""
+    databases = SessionDatabases()
+    yield databases
+    databases.drop_all()
+
+
+# The backend matrix is for behaviour that involves the database. A test of what happens
+# above it (HTTP framing, body parsing, path rules, the server process) still needs a
+# database for the app to start, but a second backend would test nothing new.
+ONE_BACKEND = pytest.mark.parametrize("backend", ["sqlite"])
+
+
 @pytest.fixture(params=BACKENDS)
 def backend(request) -> str:
     return request.param
 
 
 @pytest.fixture
-def db_url(backend, tmp_path):
-    """A fresh, empty database URL on the current backend; dropped afterwards."""
+def db_url(backend, tmp_path, pg_databases):
+    """An empty database URL on the current backend: a new SQLite file, or the session's
+    PostgreSQL database emptied for this test."""
     if backend == "sqlite":
-        yield f"sqlite:///{tmp_path}/qlshadow.db"
-        return
-    url, name = create_pg_database()
-    yield url
-    drop_pg_database(name)
+        return f"sqlite:///{tmp_path}/qlshadow.db"
+    return pg_databases.fresh()
 
 
 @pytest.fixture
@@ -294,24 +361,23 @@ def legacy_rows() -> dict:
 
 
 @pytest.fixture
-def legacy_twin(app, backend, tmp_path):
-    """twin(steps) plays steps on a Shadow-off app over a second fresh database.
+def legacy_twin(app, backend, tmp_path, pg_databases):
+    """twin(steps) plays steps on a Shadow-off app over a second empty database.
 
     Returns (callback answers, legacy_rows()); the test's own database is bound again after.
     """
     from qlshadow.auth import system_token
-    dropped = []
+    played = []
 
     def twin(steps):
         main = db.database.obj
+        played.append(None)
         if backend == "sqlite":
-            url = f"sqlite:///{tmp_path}/twin-{len(dropped)}.db"
-            dropped.append(None)
+            url = f"sqlite:///{tmp_path}/twin-{len(played)}.db"
         else:
-            url, name = create_pg_database()
-            dropped.append(name)
+            url = pg_databases.fresh("twin")
         settings = config.load(environ={
-            "QL_DATA_DIR": str(tmp_path / f"twin-{len(dropped)}"), "QL_DB_URL": url,
+            "QL_DATA_DIR": str(tmp_path / f"twin-{len(played)}"), "QL_DB_URL": url,
             "QL_SCHEDULER": "node", "QL_CRONTAB_INSTALL": ""})
         try:
             twin_app = create_app(settings)
@@ -323,7 +389,4 @@ def legacy_twin(app, backend, tmp_path):
             db.discard_connection()
             db.bind(main)
 
-    yield twin
-    for name in dropped:
-        if name:
-            drop_pg_database(name)
+    return twin

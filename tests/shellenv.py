@@ -25,8 +25,10 @@ KERNEL_UUID = "/proc/sys/kernel/random/uuid"
 # The three shells the scripts must run under, as argv prefixes.
 SHELLS = {"busybox": ("busybox", "sh"), "dash": ("dash",), "bash": ("bash",)}
 
-BUSYBOX_STATIC = os.environ.get("QL_TEST_BUSYBOX_STATIC",
-                                "/opt/qlshadow-ci/busybox-static/bin/busybox")
+# BusyBox with the crond and crontab applets: the variable, else CI's unpacked copy, else a
+# busybox or a crond (a BusyBox link, as on OpenWrt and Alpine) found on PATH.
+BUSYBOX_VARIABLE = "QL_TEST_BUSYBOX_STATIC"
+BUSYBOX_CI_PATH = "/opt/qlshadow-ci/busybox-static/bin/busybox"
 IN_CI = os.environ.get("QL_REQUIRE_POSTGRES") == "1" or os.environ.get("CI") == "true"
 
 # What task.sh itself runs besides builtins.
@@ -54,12 +56,47 @@ def shell_argv(name: str) -> list:
     return [which(prefix[0]), *prefix[1:]]
 
 
+def _has_cron_applets(path: str) -> bool:
+    try:
+        listed = subprocess.run([path, "--list"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    applets = set(listed.stdout.split())
+    return listed.returncode == 0 and {"crond", "crontab"} <= applets
+
+
+def _busybox_candidates() -> list:
+    search = os.pathsep.join(filter(None, (os.environ.get("PATH"), SYSTEM_PATH)))
+    found = [BUSYBOX_CI_PATH, shutil.which("busybox", path=search)]
+    crond = shutil.which("crond", path=search)
+    if crond:
+        found.append(os.path.realpath(crond))  # crond -> busybox: the multi-call binary
+    return [path for path in found if path and os.access(path, os.X_OK)]
+
+
+_busybox_found: list = []
+
+
 def busybox_static() -> str:
-    """BusyBox with crond and crontab (.ci/run unpacks busybox-static there)."""
-    if os.access(BUSYBOX_STATIC, os.X_OK):
-        return BUSYBOX_STATIC
-    reason = (f"{BUSYBOX_STATIC} is missing: BusyBox crond/crontab come from busybox-static "
-              "(see .ci/run: apt-get download busybox-static; dpkg-deb -x)")
+    """BusyBox with crond and crontab applets, or skip (fail in CI) saying how to get one."""
+    if _busybox_found:
+        return _busybox_found[0]
+    chosen = os.environ.get(BUSYBOX_VARIABLE)
+    if chosen:  # an explicit choice is used or reported, never replaced by a guess
+        if os.access(chosen, os.X_OK) and _has_cron_applets(chosen):
+            _busybox_found.append(chosen)
+            return chosen
+        reason = f"{BUSYBOX_VARIABLE}={chosen} is not a BusyBox with the crond and crontab applets"
+    else:
+        for path in _busybox_candidates():
+            if _has_cron_applets(path):
+                _busybox_found.append(path)
+                return path
+        reason = ("no BusyBox with the crond and crontab applets: not at " + BUSYBOX_CI_PATH
+                  + ", and no such busybox or crond on PATH. Debian's busybox lacks them; "
+                  "busybox-static has them: apt-get download busybox-static && dpkg-deb -x "
+                  f"busybox-static_*.deb bbs, then {BUSYBOX_VARIABLE}=$PWD/bbs/bin/busybox "
+                  "(see README, Tests)")
     if IN_CI:
         pytest.fail(reason + " — required in CI")
     pytest.skip(reason)

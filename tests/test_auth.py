@@ -1,4 +1,4 @@
-"""Auth (SPEC §2): apps with scopes, 30-day bearer tokens stored as SHA-256 hashes, the
+"""Auth (CONTRACT.md §2.2): apps with scopes, 30-day bearer tokens stored as SHA-256 hashes, the
 system app and its token.json, 401/403, and 400 for non-lowercase /open/ paths."""
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 from qlshadow import db
 from qlshadow.auth import TOKEN_LIFETIME, create_app_record
 from qlshadow.models import App, Cron, RunningInstance, Token
-from conftest import cli_env, fixture_body, run_cli, table_rows
+from conftest import ONE_BACKEND, cli_env, fixture_body, run_cli, table_rows
 
 
 def sha256(text: str) -> str:
@@ -89,6 +89,7 @@ def test_another_apps_secret_is_a_401(client, new_app):
     assert get_token(client, first_id, second_secret).status_code == 401
 
 
+@ONE_BACKEND
 def test_missing_credentials_are_a_400(client):
     for query in ({}, {"client_id": "x"}, {"client_secret": "y"}, {"client_id": "", "client_secret": "y"}):
         response = client.get("/open/auth/token", query_string=query)
@@ -140,12 +141,14 @@ def test_the_sqlite_file_never_holds_a_plaintext_secret_or_token(client, new_app
 
 # --- bearer checks --------------------------------------------------------------------------
 
+@ONE_BACKEND
 def test_a_missing_token_is_a_401(client):
     response = client.get("/open/crons")
 
     assert (response.status_code, response.get_json()["code"]) == (401, 401)
 
 
+@ONE_BACKEND
 def test_a_malformed_authorization_header_is_a_401(client, token):
     for header in ("Bearer", "Bearer ", "Basic abc", "abc", "Token abc", f"Basic {token}"):
         response = client.get("/open/crons", headers={"Authorization": header})
@@ -326,6 +329,7 @@ def test_a_non_lowercase_open_path_is_a_400_that_never_reaches_the_handler(
     assert (table_rows(Cron), table_rows(RunningInstance)) == before
 
 
+@ONE_BACKEND
 def test_other_non_lowercase_open_paths_are_a_400(client, auth):
     for path in ("/OPEN/crons", "/open/CRONS", "/OPEN/auth/token", "/open/Auth/token", "/OPEN/x"):
         response = client.get(path, headers=auth)

@@ -1,5 +1,6 @@
-"""The `qlshadow` command (SPEC §6): db init, app create, cron add|list|show|rm|enable|disable,
-serve keeping data, and --help everywhere. Commands run as real child processes."""
+"""The `qlshadow` command (CONTRACT.md §6): db init, app create,
+cron add|list|show|rm|enable|disable, serve keeping data, and --help everywhere. Commands
+run as real child processes."""
 from __future__ import annotations
 
 import json

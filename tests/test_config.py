@@ -1,5 +1,5 @@
-"""Configuration (SPEC §1): defaults, the config file under the environment, strict values that
-stop the real command with one line naming the key; and the SQLite pragmas."""
+"""Configuration (CONTRACT.md §1): defaults, the config file under the environment, strict
+values that stop the real command with one line naming the key; and the SQLite pragmas."""
 from __future__ import annotations
 
 import os

@@ -1,4 +1,5 @@
-"""Crontab rendering (SPEC §5): system vs node mode, comments, atomic writes, installation."""
+"""Crontab rendering (CONTRACT.md §5.1): system vs node mode, comments, atomic writes,
+installation."""
 from __future__ import annotations
 
 import os

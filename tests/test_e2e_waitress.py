@@ -9,7 +9,7 @@ from http.client import HTTPConnection
 
 import pytest
 
-from conftest import FIXTURES, http
+from conftest import FIXTURES, ONE_BACKEND, http
 
 
 def _raw_fixture(name: str, cron_id: int) -> bytes:
@@ -66,6 +66,7 @@ def test_busybox_wget_style_post_is_accepted(live_server):
     assert http("GET", server.url + "/open/crons/1", headers=server.headers)[1]["data"]["status"] == 0
 
 
+@ONE_BACKEND
 def test_every_error_through_waitress_is_json(live_server):
     server = live_server()
     cases = [("GET", "/nothing", None, {}, 404), ("GET", "/open/crons/status", None, server.headers, 405),
@@ -106,6 +107,7 @@ def test_the_start_up_line_never_shows_a_database_password(live_server, db_url):
     assert "s3cr3t-pw" not in server.output()
 
 
+@ONE_BACKEND
 def test_queued_requests_log_no_queue_depth_warnings(live_server):
     # One worker thread and many keep-alive clients: requests queue up behind it, which
     # waitress reports at WARNING on its waitress.queue logger unless that is muted.
@@ -132,6 +134,7 @@ def test_queued_requests_log_no_queue_depth_warnings(live_server):
     assert len(server.output().splitlines()) == 1
 
 
+@ONE_BACKEND
 def test_sigterm_stops_the_server_cleanly_with_exit_status_0(live_server):
     import signal
     server = live_server()

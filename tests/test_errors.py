@@ -1,4 +1,4 @@
-"""Errors (SPEC §2): every 4xx/5xx is {"code": N, "message": "..."} JSON, never HTML or a
+"""Errors (CONTRACT.md §2.1): every 4xx/5xx is {"code": N, "message": "..."} JSON, never HTML or a
 traceback; every request is one transaction, so a failure writes nothing."""
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 
 from qlshadow import db
 from qlshadow.models import Cron, RunningInstance
-from conftest import fixture_body, http, table_rows
+from conftest import ONE_BACKEND, fixture_body, http, table_rows
 
 
 def assert_json_error(response, status: int) -> dict:
@@ -40,6 +40,7 @@ def cron(make_cron) -> dict:
     return make_cron()
 
 
+@ONE_BACKEND
 def test_malformed_json_is_a_json_400(client, auth, cron):
     response = client.put("/open/crons/status", data=b'{"ids": [', headers=auth)
 
@@ -53,6 +54,7 @@ def test_malformed_json_on_a_cron_change_is_a_json_400(client, auth):
     assert table_rows(Cron) == []
 
 
+@ONE_BACKEND
 def test_a_wrong_type_is_a_json_400(client, auth, cron):
     response = client.put("/open/crons/status", json=running(cron["id"], status=True), headers=auth)
 
@@ -68,15 +70,18 @@ def test_empty_ids_are_a_json_400(client, auth, cron):
     assert snapshot() == before
 
 
+@ONE_BACKEND
 def test_an_unknown_route_is_a_json_404(client):
     assert_json_error(client.get("/nothing/here", headers={"Accept": "text/html"}), 404)
 
 
+@ONE_BACKEND
 def test_an_unknown_open_route_is_a_json_404_with_or_without_token(client, auth):
     assert_json_error(client.get("/open/nothing"), 404)
     assert_json_error(client.get("/open/crons/1/nothing", headers=auth), 404)
 
 
+@ONE_BACKEND
 def test_a_wrong_method_is_a_json_405(client, auth):
     assert_json_error(client.get("/open/crons/status", headers=auth), 405)
     assert_json_error(client.delete("/health"), 405)
@@ -106,6 +111,7 @@ def test_a_body_of_exactly_ql_max_body_bytes_is_accepted(client, auth, cron):
     assert response.status_code == 200
 
 
+@ONE_BACKEND
 def test_the_default_limit_refuses_a_100_kb_body_with_json_413(client, auth, cron):
     body = running(cron["id"], padding="x" * 100_000)
 
@@ -114,6 +120,7 @@ def test_the_default_limit_refuses_a_100_kb_body_with_json_413(client, auth, cro
     assert_json_error(response, 413)
 
 
+@ONE_BACKEND
 def test_an_unexpected_exception_is_a_json_500_without_traceback(app, caplog):
     def explode():
         raise RuntimeError("secret internals")
@@ -210,6 +217,7 @@ def test_a_cron_change_failing_in_the_database_writes_nothing(client, auth, make
 
 # --- through a real waitress server ---------------------------------------------------------
 
+@ONE_BACKEND
 def test_waitress_answers_a_100_kb_body_with_the_json_413(live_server, make_settings):
     server = live_server()
     body = running(1, padding="x" * 100_000)
@@ -220,6 +228,7 @@ def test_waitress_answers_a_100_kb_body_with_the_json_413(live_server, make_sett
     assert set(answer) == {"code", "message"}
 
 
+@ONE_BACKEND
 def test_waitress_refuses_a_body_above_its_backstop_before_the_app(live_server):
     server = live_server()
     declared = 2 * 1024 * 1024
@@ -239,6 +248,7 @@ def test_waitress_refuses_a_body_above_its_backstop_before_the_app(live_server):
     assert b"Traceback" not in reply
 
 
+@ONE_BACKEND
 def test_waitress_answers_a_chunked_body_over_the_limit_with_the_json_413(live_server):
     from http.client import HTTPConnection
     server = live_server()

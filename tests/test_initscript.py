@@ -1,4 +1,4 @@
-"""Init scripts (SPEC §7): the SysV script started and stopped for real under BusyBox ash,
+"""Init scripts (CONTRACT.md §7): the SysV script started and stopped for real under BusyBox ash,
 dash and bash, with and without start-stop-daemon; the procd script's start_service and
 triggers run against a recording stand-in for procd's shell API; the systemd unit."""
 from __future__ import annotations

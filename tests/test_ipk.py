@@ -1,4 +1,4 @@
-"""The OpenWrt package (SPEC §7): scripts/build-ipk.sh builds an ipkg-build style .ipk that
+"""The OpenWrt package (CONTRACT.md §7): scripts/build-ipk.sh builds an ipkg-build style .ipk that
 unpacks with plain tar and gzip, and the unpacked tree runs on a Python that has nothing
 but Flask, using the bundled peewee and waitress."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The 2.x status callback, PUT/POST /open/crons/status: rules 1-5 of SPEC §2 and its
+"""The 2.x status callback, PUT/POST /open/crons/status: rules 1-5 of CONTRACT.md §2.3 and its
 strict parsing (an ill-typed Legacy field is a 400 that writes nothing)."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import time
 import pytest
 
 from qlshadow.models import Cron, RunningInstance
-from conftest import FIXTURES, fixture_body, table_rows
+from conftest import FIXTURES, ONE_BACKEND, fixture_body, table_rows
 
 LOG = "backup/2026-11-30-08-00-00-123.log"
 
@@ -468,6 +468,7 @@ def test_it_refuses_a_body_that_is_not_json(send, cron):
     _assert_each_refused(send, cron, bad)
 
 
+@ONE_BACKEND
 def test_a_refusal_names_the_bad_field(send, cron):
     response = send(_with(cron, "last_execution_time", "soon"))
 

@@ -1,4 +1,5 @@
-"""execution_id parsing (SPEC §3), deterministic ids and task revision (SPEC §4 test vectors)."""
+"""execution_id parsing (CONTRACT.md §3); deterministic ids and task revision (§4.4, with its
+known values)."""
 from __future__ import annotations
 
 import pytest

@@ -1,4 +1,5 @@
-"""Callbacks Shadow refuses (SPEC §3, §4): Legacy still written, a bounded accept failure."""
+"""Callbacks Shadow refuses (CONTRACT.md §3, §4.1): Legacy still written, a bounded accept
+failure."""
 from __future__ import annotations
 
 import pytest

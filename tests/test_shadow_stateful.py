@@ -1,8 +1,8 @@
-"""Random interleavings of callbacks and cron edits against a reference model of SPEC §4.
+"""Random interleavings of callbacks and cron edits against a reference model of CONTRACT.md §4.
 
-The model below is written from the spec's words alone (it imports nothing from the writer):
-a Run per execution, forward-only states, events added once, exact replay, and drift of
-the task definition or the cron id refused with a `replay_drift` failure. After every step
+The model below is written from the contract's words alone (it imports nothing from the
+writer): a Run per execution, forward-only states, events added once, exact replay, and
+drift of the task definition or the cron id refused with a `replay_drift` failure. After every step
 the database (raw rows and GET /open/runs) must equal the model.
 """
 from __future__ import annotations

@@ -18,7 +18,7 @@ import pytest
 
 from qlshadow import db
 from qlshadow.auth import create_app_record, issue_token
-from conftest import http, run_cli
+from conftest import ONE_BACKEND, http, run_cli
 from invariants import Inspector
 
 from .conftest import SHADOW, Execution, json_error, make_crons, send_callback
@@ -129,6 +129,7 @@ def _send_all(sock: socket.socket, data: bytes) -> None:
         pass
 
 
+@ONE_BACKEND
 def test_path_tricks_through_waitress_never_pass_without_a_token(live_server, db_url, figures):
     server = live_server(**SHADOW)
     cron_id = make_crons(server.url, server.headers, 1)[0]
@@ -145,6 +146,7 @@ def test_path_tricks_through_waitress_never_pass_without_a_token(live_server, db
     figures(paths_tried=len(RAW_PATHS), answers={p: s for p, (s, _) in answers.items()})
 
 
+@ONE_BACKEND
 def test_a_300_kb_authorization_header_is_refused_and_the_server_stays_healthy(
         live_server, db_url, figures):
     server = live_server(**SHADOW)
@@ -159,6 +161,7 @@ def test_a_300_kb_authorization_header_is_refused_and_the_server_stays_healthy(
     figures(header_bytes=300_007, answer=status)
 
 
+@ONE_BACKEND
 def test_no_token_or_secret_ever_reaches_the_server_log(live_server, db_url, tmp_path, figures):
     server = live_server(**SHADOW)
     env = {"QL_DATA_DIR": str(tmp_path / "data"), "QL_DB_URL": db_url,

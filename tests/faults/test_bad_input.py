@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from conftest import ONE_BACKEND
 from invariants import Inspector
 
 from .conftest import SHADOW
@@ -49,6 +50,7 @@ def assert_refused(response, inspector, before, status=400):
     b'{"ids":[1],"status":0,"log_path":"\xed\xa0\x80"}',  # a surrogate encoded as UTF-8
     b'{"ids":[1],"status":0,"unknown":"\x80"}',
 ], ids=["bom-garbage", "bad-continuation", "encoded-surrogate", "bad-byte-in-unknown-key"])
+@ONE_BACKEND
 def test_invalid_utf8_is_a_400_that_wrote_nothing(client, auth, cron, inspector, raw):
     before = inspector.snapshot()
     assert_refused(put(client, auth, raw), inspector, before)
@@ -97,6 +99,7 @@ def test_a_client_id_holding_nul_is_refused_as_wrong_credentials(client, inspect
     b'{"ids":[1],"status":0,"extra":' + b"[" * 100_000 + b"]" * 100_000 + b"}",
     b'{"a":' * 40_000 + b"1" + b"}" * 40_000,
 ], ids=["open-brackets", "closed-under-unknown-key", "nested-objects"])
+@ONE_BACKEND
 def test_deeply_nested_json_is_a_400_that_wrote_nothing(client, auth, cron, inspector, raw):
     before = inspector.snapshot()
     assert_refused(put(client, auth, raw), inspector, before)

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from conftest import http
+from conftest import ONE_BACKEND, http
 from invariants import Inspector
 
 from .conftest import SHADOW, Execution, json_error, make_crons, send_callback
@@ -41,6 +41,7 @@ def read_status_line(sock: socket.socket) -> bytes:
     return data.split(b"\r\n", 1)[0]
 
 
+@ONE_BACKEND
 def test_a_10_mb_body_is_refused_with_413_and_the_server_stays_healthy(
         live_server, db_url, figures):
     server = live_server(**SHADOW)
@@ -78,6 +79,7 @@ def test_a_10_mb_body_is_refused_with_413_and_the_server_stays_healthy(
             answer=status_line.decode(errors="replace"))
 
 
+@ONE_BACKEND
 def test_a_body_over_ql_max_body_gets_the_json_413(live_server, db_url):
     server = live_server(**SHADOW)
     with Inspector(db_url) as inspector:
@@ -88,6 +90,7 @@ def test_a_body_over_ql_max_body_gets_the_json_413(live_server, db_url):
     assert status == 413 and json_error(raw)["code"] == 413
 
 
+@ONE_BACKEND
 def test_slow_loris_clients_do_not_starve_the_worker_threads(live_server, db_url, figures):
     server = live_server(**SHADOW, QL_THREADS="2")
     cron_id = make_crons(server.url, server.headers, 1)[0]
