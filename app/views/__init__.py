@@ -11,16 +11,18 @@ from ..errors import ApiError
 
 # Paths under /open/ that need no token.
 PUBLIC = frozenset({"/open/auth/token"})
+# The scope of /open/<segment>/... when it is not the segment itself: the gate reads Runs.
+SCOPE_OF = {"reconcile": "runs"}
 _TOKEN_CACHE_MAX = 256
 TOKEN_RECHECK = 60  # seconds a looked-up token is trusted before it is looked up again
 
 
 def init_app(app) -> None:
-    from . import auth, callback, crons, health, runs
+    from . import auth, callback, crons, health, reconcile, runs
     # Werkzeug would answer "/open//crons/status" with an HTML 308 redirect, which no error
     # handler sees; unmerged, such a path is a plain JSON 404. Set before rules are added.
     app.url_map.merge_slashes = False
-    for module in (callback, crons, runs, auth, health):
+    for module in (callback, crons, runs, auth, health, reconcile):
         app.register_blueprint(module.bp)
 
     # token hash -> (scopes, expiration, recheck_at): a valid token needs no query on the
@@ -37,7 +39,8 @@ def init_app(app) -> None:
             return  # 404/405 need no database; /health reports on it itself
         db.ensure_connection()
         if path.startswith("/open/") and path not in PUBLIC:
-            _authorize(path.split("/", 3)[2], token_cache)
+            segment = path.split("/", 3)[2]
+            _authorize(SCOPE_OF.get(segment, segment), token_cache)
 
 
 def _authorize(scope: str, cache: dict) -> None:

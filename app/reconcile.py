@@ -1,0 +1,347 @@
+"""The reconciliation gate: do the Shadow Runs match what crond really did? (no Flask)
+
+On demand and read-only: it evaluates each active cron's schedule over a window the way
+BusyBox crond does, and compares the firings with the Shadow Runs, the Legacy instances
+and the accept failures of that window. Every read is a range on (cron_id, time), so a
+week costs the same whatever the tables hold before or after it.
+
+Schedules are matched by cronsim; this module only decides which wall-clock minutes map
+to which instants (BusyBox crond tests every real minute by its local time: a minute in
+the spring-forward gap never fires, one in the autumn repeat fires twice) and BusyBox's
+day-of-month / day-of-week rule. docs/SHADOW.md explains both.
+"""
+from __future__ import annotations
+
+import calendar
+import time
+
+from .models import Cron, database
+from .schedule import field_count
+
+DAY = 86400
+MAX_WINDOW = 31 * DAY  # firings are enumerated one by one: keep a call bounded
+MAX_LISTED = 100  # most firings listed in `missed` and in `double`; the rest are counted
+# A Run and a Legacy instance of the same start share cron, pid and start second; task.sh
+# also makes the execution id from that same clock reading, so the Run is looked up within
+# this many seconds of the instance's start (a bounded index range, not a scan).
+MATCH_SLACK = 60
+STATES_DONE = "exited"
+
+
+class ReconcileError(ValueError):
+    """Bad input to the gate; the message names the field."""
+
+
+def _check(since: int, until: int, cron_id, stuck_after: int, tolerance: float) -> None:
+    for name, value in (("since", since), ("until", until), ("stuck_after", stuck_after)):
+        if type(value) is not int or value < 0:
+            raise ReconcileError(f"'{name}' must be a non-negative integer (epoch seconds).")
+    if cron_id is not None and (type(cron_id) is not int or cron_id < 1):
+        raise ReconcileError("'cron_id' must be a positive integer.")
+    if until <= since:
+        raise ReconcileError("'until' must be later than 'since'.")
+    if until - since > MAX_WINDOW:
+        raise ReconcileError(f"the window from 'since' to 'until' must be at most {MAX_WINDOW // DAY} days.")
+    if not isinstance(tolerance, (int, float)) or not 0 <= tolerance <= 1:
+        raise ReconcileError("'tolerance' must be a share between 0 and 1.")
+
+
+def reconcile(since: int, until: int, cron_id: int | None = None, stuck_after: int = 3600,
+              tolerance: float = 0.01, now: int | None = None) -> dict:
+    """The gate's report for [since, until): {"window", "gate", "crons"} (read-only)."""
+    _check(since, until, cron_id, stuck_after, tolerance)
+    now = int(time.time()) if now is None else now
+    clock = LocalClock(since - 2 * DAY, until + 2 * DAY)
+    # One read transaction: every count comes from the same snapshot. It takes no write
+    # lock (SQLite's plain BEGIN), so callbacks keep being written meanwhile.
+    with database.atomic():
+        query = Cron.select().order_by(Cron.id)
+        if cron_id is not None:
+            query = query.where(Cron.id == cron_id)
+        crons = list(query.dicts())
+        if cron_id is not None and not crons:
+            raise ReconcileError(f"'cron_id' {cron_id} does not exist.")
+        failures = _failures(since, until)
+        reports = [_cron_report(cron, since, until, now, stuck_after, tolerance, clock,
+                                failures.get(cron["id"], {}))
+                   for cron in crons if cron_id is not None or is_active(cron)]
+    gate = _gate(reports, failures, cron_id)
+    return {"window": {"since": since, "until": until}, "gate": gate, "crons": reports}
+
+
+def is_active(cron: dict) -> bool:
+    """True when system mode writes the cron as an active crontab line (app/crontab.py)."""
+    return (not cron["is_disabled"] and field_count(cron["schedule"]) == 5
+            and cron["extra_schedules"] in (None, "", "[]"))
+
+
+# --- firings ---------------------------------------------------------------------------------
+
+class LocalClock:
+    """The host's local time (libc's TZ, as crond sees it) between two instants.
+
+    Holds the periods of constant UTC offset, so turning a wall-clock minute into the
+    instants that show it is integer arithmetic: none in a spring-forward gap, two in an
+    autumn repeat, one otherwise.
+    """
+
+    def __init__(self, lo: int, hi: int):
+        periods = []
+        start, offset = lo, time.localtime(lo).tm_gmtoff
+        # Hourly samples find every change (no zone keeps an offset for under an hour);
+        # each change is then narrowed to its second.
+        t = lo
+        while t < hi:
+            step = min(3600, hi - t)
+            after = time.localtime(t + step).tm_gmtoff
+            if after != offset:
+                a, b = t, t + step  # offset(a) == offset, offset(b) == after
+                while b - a > 1:
+                    mid = (a + b) // 2
+                    if time.localtime(mid).tm_gmtoff == offset:
+                        a = mid
+                    else:
+                        b = mid
+                periods.append((start, b, offset))
+                start, offset = b, after
+            t += step
+        periods.append((start, hi + 1, offset))
+        self.periods = periods
+        self.offsets = sorted({p[2] for p in periods})
+
+    def instants(self, wall: int) -> list:
+        """Instants whose local time is `wall` (wall-clock seconds counted as if UTC)."""
+        return [wall - off for lo, hi, off in self.periods if lo <= wall - off < hi]
+
+
+def _day_rule(schedule: str) -> list:
+    """cronsim expressions whose union matches the days BusyBox crond matches.
+
+    BusyBox ignores a day field that holds every value and otherwise ORs day-of-month with
+    day-of-week; Vixie cron (and cronsim) AND them when either field starts with '*'.
+    They differ for e.g. '*/2' with a weekday, or '1-31' with a weekday.
+    """
+    from cronsim import CronSim
+    from datetime import datetime
+    fields = schedule.split()
+    parsed = CronSim(schedule, datetime(2000, 1, 1))
+    all_days = len(parsed.days) == 31
+    all_weekdays = {d % 7 for d in parsed.weekdays} == set(range(7))
+    if all_days:
+        fields[2] = "*"
+    if all_weekdays:
+        fields[4] = "*"
+    if all_days or all_weekdays or not (fields[2].startswith("*") or fields[4].startswith("*")):
+        return [" ".join(fields)]
+    # Both restricted, one written with a leading '*': OR them as two expressions.
+    return [" ".join(fields[:4] + ["*"]), " ".join(fields[:2] + ["*", fields[3], fields[4]])]
+
+
+def firings(schedule: str, lo: int, hi: int, clock: LocalClock) -> list:
+    """The instants in [lo, hi) at which BusyBox crond starts a 5-field schedule, sorted."""
+    # Lazy: only the gate needs a cron evaluator, never the callback path.
+    from cronsim import CronSim
+    from datetime import datetime, timedelta
+    epoch = datetime(1970, 1, 1)
+    wall_lo = lo + clock.offsets[0]
+    wall_hi = hi + clock.offsets[-1]
+    # cronsim answers matches strictly after its start, on naive (wall-clock) datetimes.
+    start = epoch + timedelta(seconds=wall_lo - 1)
+    found = set()
+    for expression in _day_rule(schedule):
+        for match in CronSim(expression, start):
+            wall = calendar.timegm(match.timetuple())
+            if wall >= wall_hi:
+                break
+            for instant in clock.instants(wall):
+                if lo <= instant < hi:
+                    found.add(instant)
+    return sorted(found)
+
+
+def next_firing(schedule: str, after: int, clock_hi: int) -> int | None:
+    """The first firing after `after` within the next 31 days (for "needs" reasons)."""
+    found = firings(schedule, after, min(clock_hi, after + MAX_WINDOW),
+                    LocalClock(after - DAY, min(clock_hi, after + MAX_WINDOW) + DAY))
+    return found[0] if found else None
+
+
+# --- reads -------------------------------------------------------------------------------
+
+def _sql(text: str) -> str:
+    param = database.obj.param
+    return text if param == "?" else text.replace("?", param)
+
+
+# One pass over a cron's Runs in the window, by minute and revision: reads the index range
+# shadow_runs(cron_id, accepted_at) and the rows it points to, nothing else.
+_RUNS_BY_MINUTE = (
+    'SELECT "accepted_at" / 60, "task_revision", COUNT(*), '
+    "SUM(CASE WHEN \"state\" = 'exited' THEN 1 ELSE 0 END), "
+    "SUM(CASE WHEN \"state\" = 'exited' AND \"exit_code\" <> 0 THEN 1 ELSE 0 END), "
+    'SUM(CASE WHEN "events" NOT LIKE ? THEN 1 ELSE 0 END), '
+    "SUM(CASE WHEN \"state\" <> 'exited' AND \"accepted_at\" < ? THEN 1 ELSE 0 END) "
+    'FROM "shadow_runs" WHERE "cron_id" = ? AND "accepted_at" >= ? AND "accepted_at" < ? '
+    'GROUP BY "accepted_at" / 60, "task_revision"')
+_RUN_IDS = ('SELECT "id" FROM "shadow_runs" WHERE "cron_id" = ? AND "accepted_at" >= ? '
+            'AND "accepted_at" < ? ORDER BY "id"')
+# Index range running_instances(cron_id, started_at).
+_INSTANCE_MINUTES = ('SELECT DISTINCT "started_at" / 60 FROM "running_instances" '
+                     'WHERE "cron_id" = ? AND "started_at" >= ? AND "started_at" < ?')
+_UNMATCHED_INSTANCES = (
+    'SELECT COUNT(*) FROM "running_instances" i WHERE i."cron_id" = ? AND i."started_at" >= ? '
+    'AND i."started_at" < ? AND NOT EXISTS (SELECT 1 FROM "shadow_runs" r '
+    'WHERE r."cron_id" = i."cron_id" AND r."accepted_at" >= i."started_at" - ? '
+    'AND r."accepted_at" <= i."started_at" + ? AND r."started_at" = i."started_at" '
+    'AND (r."pid" = i."pid" OR (r."pid" IS NULL AND i."pid" IS NULL)))')
+# shadow_failures is capped (QL3_SHADOW_FAILURE_CAP rows): a scan is bounded.
+_FAILURES = ('SELECT "cron_id", "reason", COUNT(*) FROM "shadow_failures" '
+             'WHERE "at" >= ? AND "at" < ? GROUP BY "cron_id", "reason"')
+
+
+def _failures(since: int, until: int) -> dict:
+    """{cron_id or None: {reason: count}} of accept failures recorded in the window."""
+    found: dict = {}
+    for cron_id, reason, count in database.obj.execute_sql(_sql(_FAILURES), (since, until)):
+        found.setdefault(cron_id, {})[reason] = int(count)
+    return found
+
+
+# --- one cron --------------------------------------------------------------------------------
+
+def _iso(instant: int) -> str:
+    return time.strftime("%Y-%m-%d %H:%M %Z", time.localtime(instant))
+
+
+def _cron_report(cron: dict, since: int, until: int, now: int, stuck_after: int,
+                 tolerance: float, clock: LocalClock, failed: dict) -> dict:
+    from .shadow.writer import cron_revision
+    execute = database.obj.execute_sql
+    cid = cron["id"]
+    per_minute: dict = {}
+    revisions = set()
+    runs = exited = failed_runs = finish_only = stuck = 0
+    for minute, revision, count, n_exited, n_failed, n_finish_only, n_stuck in execute(
+            _sql(_RUNS_BY_MINUTE), ("%running@%", now - stuck_after, cid, since, until)):
+        count = int(count)
+        per_minute[int(minute)] = per_minute.get(int(minute), 0) + count
+        revisions.add(revision)
+        runs += count
+        exited += int(n_exited)
+        failed_runs += int(n_failed)
+        finish_only += int(n_finish_only)
+        stuck += int(n_stuck)
+
+    report = {
+        "cron_id": cid, "name": cron["name"], "schedule": cron["schedule"],
+        "active": is_active(cron), "definition_changed": False, "evaluated_from": None,
+        "expected": 0, "runs": runs, "exited": exited, "running": runs - exited,
+        "failed": failed_runs, "finish_only": finish_only, "stuck": stuck,
+        "missed": [], "missed_omitted": 0, "double": [], "double_omitted": 0,
+        "off_schedule": 0,
+        "unmatched_instances": int(execute(_sql(_UNMATCHED_INSTANCES), (
+            cid, since, until, MATCH_SLACK, MATCH_SLACK)).fetchone()[0]),
+        "drift": failed.get("replay_drift", 0),
+        "invalid": failed.get("invalid_execution_id", 0),
+        "verdict": "pass", "reasons": [],
+    }
+    reasons, unsure = report["reasons"], []
+
+    # From when does the current definition describe what crond ran? Firings before the
+    # cron existed, or before its last change inside the window, are not judged.
+    lo = max(since, cron["created_at"] + 1)
+    changed_inside = since <= cron["updated_at"] < until and cron["updated_at"] > cron["created_at"]
+    if changed_inside:
+        lo = max(lo, cron["updated_at"] + 1)
+    current = cron_revision(cron)
+    changed_after = cron["updated_at"] >= until and bool(revisions - {current})
+    report["definition_changed"] = changed_inside or changed_after or len(revisions) > 1
+    if changed_after:
+        unsure.append(f"the definition was changed after the window (at {_iso(cron['updated_at'])}) "
+                      "and its schedule during the window is unknown; needs a window after that change")
+    if not report["active"]:
+        unsure.append("not active in system mode (disabled, a 6-field or @ schedule, or extra "
+                      "schedules): crond does not run it, so there is nothing to compare")
+
+    hi = min(until, now - 59)  # a firing whose minute has not ended yet is not judged
+    expected_at = []
+    if report["active"] and not changed_after and lo < hi:
+        expected_at = firings(cron["schedule"], lo, hi, clock)
+        report["evaluated_from"] = lo
+    report["expected"] = len(expected_at)
+
+    missed, double = [], []
+    instance_minutes = None
+    matched = 0
+    for at in expected_at:
+        n = per_minute.get(at // 60, 0)
+        if n:
+            matched += n
+            if n > 1:
+                double.append(at)
+            continue
+        if instance_minutes is None:  # read only when some firing has no Run
+            instance_minutes = {int(m) for (m,) in execute(
+                _sql(_INSTANCE_MINUTES), (cid, lo, until))}
+        if at // 60 not in instance_minutes:
+            missed.append(at)
+    if expected_at:
+        report["off_schedule"] = sum(n for m, n in per_minute.items() if lo <= m * 60 + 59 and m * 60 < hi) - matched
+    report["missed"] = missed[:MAX_LISTED]
+    report["missed_omitted"] = max(0, len(missed) - MAX_LISTED)
+    report["double"] = [{"at": at, "run_ids": [r for (r,) in execute(
+        _sql(_RUN_IDS), (cid, at, at + 60))]} for at in double[:MAX_LISTED]]
+    report["double_omitted"] = max(0, len(double) - MAX_LISTED)
+
+    if missed:
+        reasons.append(f"{len(missed)} scheduled firing(s) have neither a Run nor a Legacy "
+                       f"instance (first at {_iso(missed[0])}): crond did not start them, or "
+                       "both callbacks were lost")
+    if double:
+        reasons.append(f"{len(double)} firing(s) have more than one Run (first at "
+                       f"{_iso(double[0])}): two crond daemons, or the cron in two crontabs")
+    if report["drift"]:
+        reasons.append(f"{report['drift']} callback(s) were refused as replay drift: the "
+                       "cron's definition changed while a run of it was in flight")
+    lost = finish_only + stuck
+    if runs and lost / runs > tolerance:
+        reasons.append(f"{lost} of {runs} Runs ({100 * lost / runs:.1f} %) lost a callback "
+                       f"({finish_only} without start, {stuck} running over {stuck_after} s); "
+                       f"at most {100 * tolerance:g} % is tolerated")
+    if reasons:
+        report["verdict"] = "fail"
+    elif unsure:
+        report["verdict"], report["reasons"] = "insufficient", unsure
+    elif not expected_at:
+        report["verdict"] = "insufficient"
+        upcoming = next_firing(cron["schedule"], max(lo, hi) - 1, max(lo, hi) + MAX_WINDOW)
+        reasons.append("no scheduled firing in the judged part of the window ("
+                       f"{_iso(lo)} to {_iso(max(lo, hi))}); needs a window that covers at "
+                       "least one firing" + (f", e.g. the one at {_iso(upcoming)}" if upcoming else ""))
+    elif not runs:
+        report["verdict"] = "insufficient"
+        reasons.append(f"{len(expected_at)} firing(s) but no Shadow Run: needs Shadow on "
+                       "(QL3_SHADOW_ORIGINS=scheduled_system) and at least one Run to compare")
+    return report
+
+
+def _gate(reports: list, failures: dict, cron_id) -> dict:
+    """The whole gate: fail if any cron fails; pass if at least one cron passes."""
+    verdicts = [r["verdict"] for r in reports]
+    reasons = [f"cron {r['cron_id']} ({r['name']}): {reason}"
+               for r in reports if r["verdict"] == "fail" for reason in r["reasons"]]
+    by_reason: dict = {}
+    for per_cron in failures.values() if cron_id is None else [failures.get(cron_id, {})]:
+        for reason, count in per_cron.items():
+            by_reason[reason] = by_reason.get(reason, 0) + count
+    if reasons:
+        verdict = "fail"
+    elif "pass" in verdicts:
+        verdict = "pass"
+    else:
+        verdict = "insufficient"
+        reasons = ([f"cron {r['cron_id']} ({r['name']}): {reason}"
+                    for r in reports for reason in r["reasons"]]
+                   or ["no cron is active in system mode: needs at least one enabled 5-field "
+                       "cron without extra schedules"])
+    return {"verdict": verdict, "reasons": reasons, "failures": by_reason}
