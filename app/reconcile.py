@@ -15,17 +15,13 @@ from __future__ import annotations
 import calendar
 import time
 
+from .db import is_sqlite
 from .models import Cron, database
 from .schedule import field_count
 
 DAY = 86400
 MAX_WINDOW = 31 * DAY  # firings are enumerated one by one: keep a call bounded
 MAX_LISTED = 100  # most firings listed in `missed` and in `double`; the rest are counted
-# A Run and a Legacy instance of the same start share cron, pid and start second; task.sh
-# also makes the execution id from that same clock reading, so the Run is looked up within
-# this many seconds of the instance's start (a bounded index range, not a scan).
-MATCH_SLACK = 60
-STATES_DONE = "exited"
 
 
 class ReconcileError(ValueError):
@@ -61,10 +57,15 @@ def reconcile(since: int, until: int, cron_id: int | None = None, stuck_after: i
         crons = list(query.dicts())
         if cron_id is not None and not crons:
             raise ReconcileError(f"'cron_id' {cron_id} does not exist.")
+        crons = [cron for cron in crons if cron_id is not None or is_active(cron)]
+        ids = [cron["id"] for cron in crons]
         failures = _failures(since, until)
+        stats = _stats(ids, since, until, now - stuck_after)
+        unmatched = _unmatched(ids, since, until)
         reports = [_cron_report(cron, since, until, now, stuck_after, tolerance, clock,
-                                failures.get(cron["id"], {}))
-                   for cron in crons if cron_id is not None or is_active(cron)]
+                                failures.get(cron["id"], {}), stats.get(cron["id"]),
+                                unmatched.get(cron["id"], 0))
+                   for cron in crons]
     gate = _gate(reports, failures, cron_id)
     return {"window": {"since": since, "until": until}, "gate": gate, "crons": reports}
 
@@ -109,6 +110,11 @@ class LocalClock:
         self.periods = periods
         self.offsets = sorted({p[2] for p in periods})
 
+    def covering(self, wall_lo: int, wall_hi: int) -> list:
+        """The periods any instant showing a wall time in [wall_lo, wall_hi) can fall in."""
+        return [p for p in self.periods
+                if p[0] < wall_hi - self.offsets[0] and p[1] > wall_lo - self.offsets[-1]]
+
     def instants(self, wall: int) -> list:
         """Instants whose local time is `wall` (wall-clock seconds counted as if UTC)."""
         return [wall - off for lo, hi, off in self.periods if lo <= wall - off < hi]
@@ -142,21 +148,39 @@ def firings(schedule: str, lo: int, hi: int, clock: LocalClock) -> list:
     # Lazy: only the gate needs a cron evaluator, never the callback path.
     from cronsim import CronSim
     from datetime import datetime, timedelta
+    # A cron line matches a wall-clock minute when its day matches and its time of day
+    # matches, independently; so cronsim is asked for the matching days of the window and
+    # for the matching times of one day, instead of for every firing (a week of an
+    # every-minute cron is 10,080 of them).
+    minute, hour = schedule.split()[:2]
+    day = datetime(2000, 1, 1)
+    times = []
+    for match in CronSim(f"{minute} {hour} * * *", day - timedelta(seconds=1)):
+        if match.day != day.day:
+            break
+        times.append(match.hour * 3600 + match.minute * 60)
     epoch = datetime(1970, 1, 1)
     wall_lo = lo + clock.offsets[0]
     wall_hi = hi + clock.offsets[-1]
-    # cronsim answers matches strictly after its start, on naive (wall-clock) datetimes.
-    start = epoch + timedelta(seconds=wall_lo - 1)
-    found = set()
-    for expression in _day_rule(schedule):
-        for match in CronSim(expression, start):
+    first_day = (wall_lo - wall_lo % DAY) - DAY  # cronsim answers strictly after its start
+    days = set()
+    for expression in _day_rule(f"0 0 {' '.join(schedule.split()[2:])}"):
+        for match in CronSim(expression, epoch + timedelta(seconds=first_day + DAY - 1)):
             wall = calendar.timegm(match.timetuple())
             if wall >= wall_hi:
                 break
-            for instant in clock.instants(wall):
-                if lo <= instant < hi:
-                    found.add(instant)
-    return sorted(found)
+            days.add(wall)
+    found = []
+    for wall_day in sorted(days):
+        periods = clock.covering(wall_day, wall_day + DAY)
+        if len(periods) == 1:  # no offset change near this day: plain arithmetic
+            shift = periods[0][2]
+            found.extend(w - shift for w in (wall_day + t for t in times)
+                         if lo <= w - shift < hi)
+        else:
+            for t in times:
+                found.extend(i for i in clock.instants(wall_day + t) if lo <= i < hi)
+    return sorted(set(found))
 
 
 def next_firing(schedule: str, after: int, clock_hi: int) -> int | None:
@@ -173,30 +197,67 @@ def _sql(text: str) -> str:
     return text if param == "?" else text.replace("?", param)
 
 
-# One pass over a cron's Runs in the window, by minute and revision: reads the index range
-# shadow_runs(cron_id, accepted_at) and the rows it points to, nothing else.
-_RUNS_BY_MINUTE = (
-    'SELECT "accepted_at" / 60, "task_revision", COUNT(*), '
+# What the gate counts per cron, in one statement for every cron of the report.
+_STATS = (
+    'SELECT "cron_id", COUNT(*), '
     "SUM(CASE WHEN \"state\" = 'exited' THEN 1 ELSE 0 END), "
     "SUM(CASE WHEN \"state\" = 'exited' AND \"exit_code\" <> 0 THEN 1 ELSE 0 END), "
     'SUM(CASE WHEN "events" NOT LIKE ? THEN 1 ELSE 0 END), '
-    "SUM(CASE WHEN \"state\" <> 'exited' AND \"accepted_at\" < ? THEN 1 ELSE 0 END) "
-    'FROM "shadow_runs" WHERE "cron_id" = ? AND "accepted_at" >= ? AND "accepted_at" < ? '
-    'GROUP BY "accepted_at" / 60, "task_revision"')
+    "SUM(CASE WHEN \"state\" <> 'exited' AND \"accepted_at\" < ? THEN 1 ELSE 0 END), "
+    'COUNT(DISTINCT "task_revision"), MIN("task_revision"), MAX("task_revision") '
+    'FROM "shadow_runs" WHERE "accepted_at" >= ? AND "accepted_at" < ? AND {where} '
+    'GROUP BY "cron_id"')
+# On SQLite the window is also a range of the primary key: the execution id, and so the
+# key, begins with the accepted seconds, and SQLite compares text as bytes. Reading the
+# window's rows in key order is one sequential pass; going through the (cron_id,
+# accepted_at) index would cost a key lookup per Run. Valid while since and until have
+# the same number of digits (every epoch second from 2001 to 2286 has ten).
+_BY_KEY = '"project_id" = ? AND "idempotency_key" >= ? AND "idempotency_key" < ?'
+# Firings are matched with Runs by minute: index shadow_runs(cron_id, accepted_at) covers it.
+_RUN_MINUTES = ('SELECT "accepted_at" / 60, COUNT(*) FROM "shadow_runs" WHERE "cron_id" = ? '
+                'AND "accepted_at" >= ? AND "accepted_at" < ? GROUP BY "accepted_at" / 60')
 _RUN_IDS = ('SELECT "id" FROM "shadow_runs" WHERE "cron_id" = ? AND "accepted_at" >= ? '
             'AND "accepted_at" < ? ORDER BY "id"')
-# Index range running_instances(cron_id, started_at).
+# Index running_instances(cron_id, started_at) covers it.
 _INSTANCE_MINUTES = ('SELECT DISTINCT "started_at" / 60 FROM "running_instances" '
                      'WHERE "cron_id" = ? AND "started_at" >= ? AND "started_at" < ?')
-_UNMATCHED_INSTANCES = (
-    'SELECT COUNT(*) FROM "running_instances" i WHERE i."cron_id" = ? AND i."started_at" >= ? '
-    'AND i."started_at" < ? AND NOT EXISTS (SELECT 1 FROM "shadow_runs" r '
-    'WHERE r."cron_id" = i."cron_id" AND r."accepted_at" >= i."started_at" - ? '
-    'AND r."accepted_at" <= i."started_at" + ? AND r."started_at" = i."started_at" '
-    'AND (r."pid" = i."pid" OR (r."pid" IS NULL AND i."pid" IS NULL)))')
+# A Legacy instance and its Run come from the same running callback: same cron, pid and
+# start second, and task.sh makes the execution id (the Run's accepted_at) from that very
+# second. So each instance is one equality probe of shadow_runs(cron_id, accepted_at).
+_UNMATCHED = (
+    'SELECT i."cron_id", COUNT(*) FROM "running_instances" i WHERE {where} '
+    'AND i."started_at" >= ? AND i."started_at" < ? AND NOT EXISTS (SELECT 1 FROM "shadow_runs" r '
+    'WHERE r."cron_id" = i."cron_id" AND r."accepted_at" = i."started_at" '
+    'AND r."started_at" = i."started_at" '
+    'AND (r."pid" = i."pid" OR (r."pid" IS NULL AND i."pid" IS NULL))) GROUP BY i."cron_id"')
 # shadow_failures is capped (QL3_SHADOW_FAILURE_CAP rows): a scan is bounded.
 _FAILURES = ('SELECT "cron_id", "reason", COUNT(*) FROM "shadow_failures" '
              'WHERE "at" >= ? AND "at" < ? GROUP BY "cron_id", "reason"')
+
+
+def _in(column: str, ids: list) -> str:
+    return f'{column} IN ({", ".join(str(int(i)) for i in ids)})' if ids else "1 = 0"
+
+
+def _stats(ids: list, since: int, until: int, stuck_before: int) -> dict:
+    """{cron_id: (runs, exited, failed, finish_only, stuck, revisions, min rev, max rev)}."""
+    from .shadow.ids import PROJECT_ID
+    params = ["%running@%", stuck_before, since, until]
+    if is_sqlite() and len(ids) > 1 and len(str(since)) == len(str(until)):
+        where = _BY_KEY
+        params += [PROJECT_ID, f"legacy-system:{since}:", f"legacy-system:{until}:"]
+    else:
+        where = _in('"cron_id"', ids)
+    wanted = set(ids)
+    return {row[0]: tuple(int(v) for v in row[1:7]) + tuple(row[7:])
+            for row in database.obj.execute_sql(_sql(_STATS.format(where=where)), params)
+            if row[0] in wanted}
+
+
+def _unmatched(ids: list, since: int, until: int) -> dict:
+    """{cron_id: Legacy instances started in the window with no Run}."""
+    return {cron_id: int(count) for cron_id, count in database.obj.execute_sql(
+        _sql(_UNMATCHED.format(where=_in('i."cron_id"', ids))), (since, until))}
 
 
 def _failures(since: int, until: int) -> dict:
@@ -214,23 +275,14 @@ def _iso(instant: int) -> str:
 
 
 def _cron_report(cron: dict, since: int, until: int, now: int, stuck_after: int,
-                 tolerance: float, clock: LocalClock, failed: dict) -> dict:
+                 tolerance: float, clock: LocalClock, failed: dict, stats, unmatched: int) -> dict:
     from .shadow.writer import cron_revision
     execute = database.obj.execute_sql
     cid = cron["id"]
-    per_minute: dict = {}
-    revisions = set()
-    runs = exited = failed_runs = finish_only = stuck = 0
-    for minute, revision, count, n_exited, n_failed, n_finish_only, n_stuck in execute(
-            _sql(_RUNS_BY_MINUTE), ("%running@%", now - stuck_after, cid, since, until)):
-        count = int(count)
-        per_minute[int(minute)] = per_minute.get(int(minute), 0) + count
-        revisions.add(revision)
-        runs += count
-        exited += int(n_exited)
-        failed_runs += int(n_failed)
-        finish_only += int(n_finish_only)
-        stuck += int(n_stuck)
+    runs, exited, failed_runs, finish_only, stuck, n_revisions, low, high = (
+        stats or (0, 0, 0, 0, 0, 0, None, None))
+    revisions = {low, high} - {None}
+    per_minute = {int(m): int(n) for m, n in execute(_sql(_RUN_MINUTES), (cid, since, until))}
 
     report = {
         "cron_id": cid, "name": cron["name"], "schedule": cron["schedule"],
@@ -239,8 +291,7 @@ def _cron_report(cron: dict, since: int, until: int, now: int, stuck_after: int,
         "failed": failed_runs, "finish_only": finish_only, "stuck": stuck,
         "missed": [], "missed_omitted": 0, "double": [], "double_omitted": 0,
         "off_schedule": 0,
-        "unmatched_instances": int(execute(_sql(_UNMATCHED_INSTANCES), (
-            cid, since, until, MATCH_SLACK, MATCH_SLACK)).fetchone()[0]),
+        "unmatched_instances": unmatched,
         "drift": failed.get("replay_drift", 0),
         "invalid": failed.get("invalid_execution_id", 0),
         "verdict": "pass", "reasons": [],
@@ -255,7 +306,7 @@ def _cron_report(cron: dict, since: int, until: int, now: int, stuck_after: int,
         lo = max(lo, cron["updated_at"] + 1)
     current = cron_revision(cron)
     changed_after = cron["updated_at"] >= until and bool(revisions - {current})
-    report["definition_changed"] = changed_inside or changed_after or len(revisions) > 1
+    report["definition_changed"] = changed_inside or changed_after or n_revisions > 1
     if changed_after:
         unsure.append(f"the definition was changed after the window (at {_iso(cron['updated_at'])}) "
                       "and its schedule during the window is unknown; needs a window after that change")
