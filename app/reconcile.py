@@ -205,14 +205,18 @@ _STATS = (
     'SUM(CASE WHEN "events" NOT LIKE ? THEN 1 ELSE 0 END), '
     "SUM(CASE WHEN \"state\" <> 'exited' AND \"accepted_at\" < ? THEN 1 ELSE 0 END), "
     'COUNT(DISTINCT "task_revision"), MIN("task_revision"), MAX("task_revision") '
-    'FROM "shadow_runs" WHERE "accepted_at" >= ? AND "accepted_at" < ? AND {where} '
+    'FROM "shadow_runs" WHERE {where} '
     'GROUP BY "cron_id"')
 # On SQLite the window is also a range of the primary key: the execution id, and so the
 # key, begins with the accepted seconds, and SQLite compares text as bytes. Reading the
 # window's rows in key order is one sequential pass; going through the (cron_id,
 # accepted_at) index would cost a key lookup per Run. Valid while since and until have
-# the same number of digits (every epoch second from 2001 to 2286 has ten).
-_BY_KEY = '"project_id" = ? AND "idempotency_key" >= ? AND "idempotency_key" < ?'
+# the same number of digits (every epoch second from 2001 to 2286 has ten). The unary +
+# keeps SQLite's planner from skip-scanning that index instead.
+_BY_KEY = ('+"accepted_at" >= ? AND +"accepted_at" < ? AND "project_id" = ? '
+           'AND "idempotency_key" >= ? AND "idempotency_key" < ?')
+_BY_CRON = '"accepted_at" >= ? AND "accepted_at" < ? AND '
+
 # Firings are matched with Runs by minute: index shadow_runs(cron_id, accepted_at) covers it.
 _RUN_MINUTES = ('SELECT "accepted_at" / 60, COUNT(*) FROM "shadow_runs" WHERE "cron_id" = ? '
                 'AND "accepted_at" >= ? AND "accepted_at" < ? GROUP BY "accepted_at" / 60')
@@ -223,13 +227,12 @@ _INSTANCE_MINUTES = ('SELECT DISTINCT "started_at" / 60 FROM "running_instances"
                      'WHERE "cron_id" = ? AND "started_at" >= ? AND "started_at" < ?')
 # A Legacy instance and its Run come from the same running callback: same cron, pid and
 # start second, and task.sh makes the execution id (the Run's accepted_at) from that very
-# second. So each instance is one equality probe of shadow_runs(cron_id, accepted_at).
-_UNMATCHED = (
-    'SELECT i."cron_id", COUNT(*) FROM "running_instances" i WHERE {where} '
-    'AND i."started_at" >= ? AND i."started_at" < ? AND NOT EXISTS (SELECT 1 FROM "shadow_runs" r '
-    'WHERE r."cron_id" = i."cron_id" AND r."accepted_at" = i."started_at" '
-    'AND r."started_at" = i."started_at" '
-    'AND (r."pid" = i."pid" OR (r."pid" IS NULL AND i."pid" IS NULL))) GROUP BY i."cron_id"')
+# second. The two sides are read a day at a time and joined here: a join in SQL probes
+# shadow_runs once per instance, a key lookup each, several times slower on SQLite.
+_RUN_STARTS = ('SELECT "cron_id", "pid", "started_at" FROM "shadow_runs" WHERE {where} '
+               'AND "started_at" = "accepted_at"')
+_INSTANCE_STARTS = ('SELECT "cron_id", "pid", "started_at" FROM "running_instances" '
+                    'WHERE {where} AND "started_at" >= ? AND "started_at" < ?')
 # shadow_failures is capped (QL3_SHADOW_FAILURE_CAP rows): a scan is bounded.
 _FAILURES = ('SELECT "cron_id", "reason", COUNT(*) FROM "shadow_failures" '
              'WHERE "at" >= ? AND "at" < ? GROUP BY "cron_id", "reason"')
@@ -239,25 +242,38 @@ def _in(column: str, ids: list) -> str:
     return f'{column} IN ({", ".join(str(int(i)) for i in ids)})' if ids else "1 = 0"
 
 
+def _runs_where(ids: list, since: int, until: int) -> tuple:
+    """The WHERE clause and parameters that select the window's Runs of crons ids."""
+    from .shadow.ids import PROJECT_ID
+    if is_sqlite() and len(ids) > 1 and len(str(since)) == len(str(until)):
+        return _BY_KEY, [since, until, PROJECT_ID, f"legacy-system:{since}:",
+                         f"legacy-system:{until}:"]
+    return _BY_CRON + _in('"cron_id"', ids), [since, until]
+
+
 def _stats(ids: list, since: int, until: int, stuck_before: int) -> dict:
     """{cron_id: (runs, exited, failed, finish_only, stuck, revisions, min rev, max rev)}."""
-    from .shadow.ids import PROJECT_ID
-    params = ["%running@%", stuck_before, since, until]
-    if is_sqlite() and len(ids) > 1 and len(str(since)) == len(str(until)):
-        where = _BY_KEY
-        params += [PROJECT_ID, f"legacy-system:{since}:", f"legacy-system:{until}:"]
-    else:
-        where = _in('"cron_id"', ids)
+    where, params = _runs_where(ids, since, until)
     wanted = set(ids)
     return {row[0]: tuple(int(v) for v in row[1:7]) + tuple(row[7:])
-            for row in database.obj.execute_sql(_sql(_STATS.format(where=where)), params)
+            for row in database.obj.execute_sql(_sql(_STATS.format(where=where)),
+                                                ["%running@%", stuck_before] + params)
             if row[0] in wanted}
 
 
 def _unmatched(ids: list, since: int, until: int) -> dict:
-    """{cron_id: Legacy instances started in the window with no Run}."""
-    return {cron_id: int(count) for cron_id, count in database.obj.execute_sql(
-        _sql(_UNMATCHED.format(where=_in('i."cron_id"', ids))), (since, until))}
+    """{cron_id: Legacy instances started in the window with no Run of the same start}."""
+    execute = database.obj.execute_sql
+    found: dict = {}
+    instances_where = _in('"cron_id"', ids)
+    for lo in range(since, until, DAY):  # a day at a time keeps the sets small
+        hi = min(until, lo + DAY)
+        where, params = _runs_where(ids, lo, hi)
+        starts = set(execute(_sql(_RUN_STARTS.format(where=where)), params))
+        for row in execute(_sql(_INSTANCE_STARTS.format(where=instances_where)), (lo, hi)):
+            if row not in starts:
+                found[row[0]] = found.get(row[0], 0) + 1
+    return found
 
 
 def _failures(since: int, until: int) -> dict:

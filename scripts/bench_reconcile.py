@@ -26,9 +26,10 @@ import uuid
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-# (schedule, how many crons, seconds between firings): 100 crons.
-MIX = (("* * * * *", 5, 60), ("*/5 * * * *", 20, 300), ("*/15 * * * *", 25, 900),
-       ("0 * * * *", 25, 3600), ("30 3 * * *", 25, 86400))
+# (schedule, how many crons, seconds between firings, first firing after midnight UTC):
+# 100 crons. The script runs in UTC so that the schedules mean what the history says.
+MIX = (("* * * * *", 5, 60, 0), ("*/5 * * * *", 20, 300, 0), ("*/15 * * * *", 25, 900, 0),
+       ("0 * * * *", 25, 3600, 0), ("30 3 * * *", 25, 86400, 3 * 3600 + 1800))
 WEEK = 7 * 86400
 # The gate's reads: index names are ours; the storage issue may ship the same columns
 # under other names, and then these are not created twice by name only.
@@ -54,7 +55,7 @@ def fill(database, runs_wanted: int, now: int) -> dict:
     crons = []
     start_of_history = now
     with database.atomic():
-        for schedule, count, period in MIX:
+        for schedule, count, period, offset in MIX:
             for _ in range(count):
                 n = len(crons) + 1
                 name = f"job{n}"
@@ -62,13 +63,13 @@ def fill(database, runs_wanted: int, now: int) -> dict:
                                       created_at=0, updated_at=0).execute()
                 revision = task_revision(revision_doc(name, f"run {name}", schedule, None, None,
                                                       None, None, None, 0))
-                crons.append((cron_id, period, revision))
-    per_week = sum(WEEK // period for _, period, _ in crons)
+                crons.append((cron_id, period, offset, revision))
+    per_week = sum(WEEK // period for _, period, _, _ in crons)
     weeks = -(-runs_wanted // per_week)
     # Newest first per cron, until the table holds runs_wanted Runs.
     plan = []
-    for cron_id, period, revision in crons:
-        last = (now - 60) // period * period
+    for cron_id, period, offset, revision in crons:
+        last = (now - 60 - offset) // period * period + offset
         first = last - weeks * WEEK
         plan.extend((at, cron_id, revision) for at in range(last, first, -period))
     plan.sort(reverse=True)
@@ -152,6 +153,8 @@ def main() -> int:
     parser.add_argument("--pg-url", metavar="URL", help="an empty PostgreSQL database instead")
     args = parser.parse_args()
     _import()
+    os.environ["TZ"] = "UTC"
+    time.tzset()
     from qlshadow import db
     from qlshadow.reconcile import reconcile
     tmp = None

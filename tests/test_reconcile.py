@@ -271,3 +271,24 @@ def test_a_fall_back_night_fires_twice_and_both_runs_are_expected(client, auth):
     assert len(times) == 8  # seven nights, one of them twice
     assert report["expected"] == report["runs"] == 8
     assert defects(report) == {} and report["verdict"] == "pass"
+
+
+def test_a_report_over_every_cron_counts_each_cron_apart(client, auth, window):
+    since, end, until, now = window
+    clean = new_cron(client, auth, "*/10 * * * *", since - HOUR, name="clean")
+    faulty = new_cron(client, auth, "*/10 * * * *", since - HOUR, name="faulty")
+    times = every_ten_minutes(since, end)
+    history(client, auth, clean, times)
+    history(client, auth, faulty, times, skip={times[1], times[2]})
+    fire(client, auth, faulty, times[1], start=False)
+    fire(client, auth, faulty, times[2], finish=False)
+    callback(client, auth, faulty, 0, times[4] + 200, 4242)
+    from qlshadow.reconcile import reconcile
+    with db.connected():
+        data = reconcile(since, until, now=now)
+    reports = {r["cron_id"]: r for r in data["crons"]}
+    assert defects(reports[clean]) == {} and reports[clean]["runs"] == len(times)
+    assert defects(reports[faulty]) == {"finish_only": 1, "stuck": 1, "unmatched_instances": 1}
+    assert reports[faulty]["runs"] == len(times)
+    assert data["gate"]["verdict"] == "fail"
+    assert all(reason.startswith(f"cron {faulty} (faulty): ") for reason in data["gate"]["reasons"])
