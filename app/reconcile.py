@@ -352,8 +352,9 @@ def _cron_report(cron: dict, since: int, until: int, now: int, stuck_after: int,
                 _sql(_INSTANCE_MINUTES), (cid, lo, until))}
         if at // 60 not in instance_minutes:
             missed.append(at)
-    if expected_at:
-        report["off_schedule"] = sum(n for m, n in per_minute.items() if lo <= m * 60 + 59 and m * 60 < hi) - matched
+    if expected_at:  # Runs in judged minutes that are not firing minutes
+        judged = sum(n for m, n in per_minute.items() if m * 60 + 59 >= lo and m * 60 < hi)
+        report["off_schedule"] = judged - matched
     report["missed"] = missed[:MAX_LISTED]
     report["missed_omitted"] = max(0, len(missed) - MAX_LISTED)
     report["double"] = [{"at": at, "run_ids": [r for (r,) in execute(
