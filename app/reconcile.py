@@ -13,6 +13,7 @@ day-of-month / day-of-week rule. docs/SHADOW.md explains both.
 from __future__ import annotations
 
 import calendar
+import functools
 import time
 
 from .db import is_sqlite
@@ -143,6 +144,20 @@ def _day_rule(schedule: str) -> list:
     return [" ".join(fields[:4] + ["*"]), " ".join(fields[:2] + ["*", fields[3], fields[4]])]
 
 
+@functools.lru_cache(maxsize=64)  # crons often share a time of day (*/5, 0 *, ...)
+def _times_of_day(minute: str, hour: str) -> tuple:
+    """Seconds after midnight of the wall-clock minutes the two fields match, by cronsim."""
+    from cronsim import CronSim
+    from datetime import datetime, timedelta
+    day = datetime(2000, 1, 1)
+    times = []
+    for match in CronSim(f"{minute} {hour} * * *", day - timedelta(seconds=1)):
+        if match.day != day.day:
+            break
+        times.append(match.hour * 3600 + match.minute * 60)
+    return tuple(times)
+
+
 def firings(schedule: str, lo: int, hi: int, clock: LocalClock) -> list:
     """The instants in [lo, hi) at which BusyBox crond starts a 5-field schedule, sorted."""
     # Lazy: only the gate needs a cron evaluator, never the callback path.
@@ -152,13 +167,7 @@ def firings(schedule: str, lo: int, hi: int, clock: LocalClock) -> list:
     # matches, independently; so cronsim is asked for the matching days of the window and
     # for the matching times of one day, instead of for every firing (a week of an
     # every-minute cron is 10,080 of them).
-    minute, hour = schedule.split()[:2]
-    day = datetime(2000, 1, 1)
-    times = []
-    for match in CronSim(f"{minute} {hour} * * *", day - timedelta(seconds=1)):
-        if match.day != day.day:
-            break
-        times.append(match.hour * 3600 + match.minute * 60)
+    times = _times_of_day(*schedule.split()[:2])
     epoch = datetime(1970, 1, 1)
     wall_lo = lo + clock.offsets[0]
     wall_hi = hi + clock.offsets[-1]
@@ -204,7 +213,7 @@ _STATS = (
     "SUM(CASE WHEN \"state\" = 'exited' AND \"exit_code\" <> 0 THEN 1 ELSE 0 END), "
     'SUM(CASE WHEN "events" NOT LIKE ? THEN 1 ELSE 0 END), '
     "SUM(CASE WHEN \"state\" <> 'exited' AND \"accepted_at\" < ? THEN 1 ELSE 0 END), "
-    'COUNT(DISTINCT "task_revision"), MIN("task_revision"), MAX("task_revision") '
+    'MIN("task_revision"), MAX("task_revision") '
     'FROM "shadow_runs" WHERE {where} '
     'GROUP BY "cron_id"')
 # On SQLite the window is also a range of the primary key: the execution id, and so the
@@ -252,10 +261,10 @@ def _runs_where(ids: list, since: int, until: int) -> tuple:
 
 
 def _stats(ids: list, since: int, until: int, stuck_before: int) -> dict:
-    """{cron_id: (runs, exited, failed, finish_only, stuck, revisions, min rev, max rev)}."""
+    """{cron_id: (runs, exited, failed, finish_only, stuck, lowest and highest revision)}."""
     where, params = _runs_where(ids, since, until)
     wanted = set(ids)
-    return {row[0]: tuple(int(v) for v in row[1:7]) + tuple(row[7:])
+    return {row[0]: tuple(int(v) for v in row[1:6]) + tuple(row[6:])
             for row in database.obj.execute_sql(_sql(_STATS.format(where=where)),
                                                 ["%running@%", stuck_before] + params)
             if row[0] in wanted}
@@ -295,9 +304,9 @@ def _cron_report(cron: dict, since: int, until: int, now: int, stuck_after: int,
     from .shadow.writer import cron_revision
     execute = database.obj.execute_sql
     cid = cron["id"]
-    runs, exited, failed_runs, finish_only, stuck, n_revisions, low, high = (
-        stats or (0, 0, 0, 0, 0, 0, None, None))
-    revisions = {low, high} - {None}
+    runs, exited, failed_runs, finish_only, stuck, low, high = (
+        stats or (0, 0, 0, 0, 0, None, None))
+    revisions = {low, high} - {None}  # two values exactly when the Runs carry several
     per_minute = {int(m): int(n) for m, n in execute(_sql(_RUN_MINUTES), (cid, since, until))}
 
     report = {
@@ -322,7 +331,7 @@ def _cron_report(cron: dict, since: int, until: int, now: int, stuck_after: int,
         lo = max(lo, cron["updated_at"] + 1)
     current = cron_revision(cron)
     changed_after = cron["updated_at"] >= until and bool(revisions - {current})
-    report["definition_changed"] = changed_inside or changed_after or n_revisions > 1
+    report["definition_changed"] = changed_inside or changed_after or len(revisions) > 1
     if changed_after:
         unsure.append(f"the definition was changed after the window (at {_iso(cron['updated_at'])}) "
                       "and its schedule during the window is unknown; needs a window after that change")
