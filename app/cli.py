@@ -1,4 +1,4 @@
-"""The qlshadow command: serve, db init, app, token, cron, crontab, runs, failures.
+"""The qlshadow command: serve, db init, app, token, cron, crontab, runs, reconcile, failures.
 
 Every command prints one clear line on stderr and exits non-zero when it fails.
 """
@@ -230,9 +230,92 @@ def cmd_failures(args) -> int:
     return 0
 
 
+GATE_EXIT = {"pass": 0, "fail": 1, "insufficient": 3}
+
+
+def cmd_reconcile(args) -> int:
+    """Read-only: no schema creation, no write transaction; exit 0 pass, 1 fail, 3 insufficient."""
+    import os
+    import time
+
+    from .reconcile import ReconcileError, reconcile
+    settings = _settings(args)
+    if settings.db_url.startswith("sqlite:///"):
+        path = settings.db_url[len("sqlite:///"):].split("?", 1)[0]
+        if not os.path.isfile(path):  # connecting would create an empty file
+            raise CliError(f"no database at {path} (QL_DB_URL); nothing to reconcile")
+    database, _ = db.open_database(settings, create=False)
+    now = int(time.time())
+    until = now if args.until is None else args.until
+    since = until - 7 * 86400 if args.since is None else args.since
+    try:
+        with database.connection_context():
+            data = reconcile(since, until, args.cron, args.stuck_after, now=now)
+    except ReconcileError as exc:
+        print(f"qlshadow: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        _print_json({"code": 200, "data": data})
+    else:
+        sys.stdout.write(format_report(data))
+    return GATE_EXIT[data["gate"]["verdict"]]
+
+
+_COLUMNS = (("cron", "cron_id"), ("name", "name"), ("schedule", "schedule"),
+            ("expected", "expected"), ("runs", "runs"), ("exited", "exited"),
+            ("running", "running"), ("failed", "failed"), ("finish_only", "finish_only"),
+            ("stuck", "stuck"), ("missed", "missed"), ("double", "double"),
+            ("unmatched", "unmatched_instances"), ("drift", "drift"), ("invalid", "invalid"),
+            ("verdict", "verdict"))
+
+
+def format_report(data: dict) -> str:
+    """The gate's report as a plain table, then the reasons."""
+    import time
+
+    def when(t):
+        return time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(t))
+
+    def cell(report, key):
+        value = report[key]
+        if key in ("missed", "double"):
+            return str(len(value) + report[key + "_omitted"])
+        if key == "name" and len(value) > 24:
+            return value[:23] + "~"
+        return str(value)
+
+    window, gate = data["window"], data["gate"]
+    lines = [f"reconcile {when(window['since'])} .. {when(window['until'])}: "
+             f"{gate['verdict'].upper()}"]
+    rows = [[title for title, _ in _COLUMNS]]
+    rows += [[cell(r, key) for _, key in _COLUMNS] for r in data["crons"]]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(_COLUMNS))]
+    text_columns = {1, 2, len(_COLUMNS) - 1}
+    for row in rows:
+        lines.append("  ".join(v.ljust(w) if i in text_columns else v.rjust(w)
+                               for i, (v, w) in enumerate(zip(row, widths))).rstrip())
+    for r in data["crons"]:
+        if r["definition_changed"]:
+            lines.append(f"note: cron {r['cron_id']} changed its definition in or after the "
+                         "window; firings are judged from "
+                         + (when(r["evaluated_from"]) if r["evaluated_from"] else "nowhere"))
+    if gate["failures"]:
+        lines.append("accept failures: " + ", ".join(
+            f"{reason} {count}" for reason, count in sorted(gate["failures"].items())))
+    for reason in gate["reasons"]:
+        lines.append(f"- {reason}")
+    return "\n".join(lines) + "\n"
+
+
 def _positive(text: str) -> int:
     if not text.isdigit() or int(text) == 0:
         raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer")
+    return int(text)
+
+
+def _seconds(text: str) -> int:
+    if not text.isascii() or not text.isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of seconds")
     return int(text)
 
 
@@ -295,6 +378,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cron", type=_positive, metavar="ID", help="only runs of this cron")
     p.add_argument("--limit", type=_positive, default=50)
     p.set_defaults(func=cmd_runs)
+
+    p = sub.add_parser("reconcile", help="the reconciliation gate: do Shadow Runs match crond? "
+                       "(exit 0 pass, 1 fail, 3 insufficient)")
+    p.add_argument("--since", type=_seconds, metavar="S", help="window start, epoch seconds "
+                   "(default: 7 days before --until)")
+    p.add_argument("--until", type=_seconds, metavar="U", help="window end, epoch seconds, "
+                   "excluded (default: now)")
+    p.add_argument("--cron", type=_positive, metavar="ID", help="only this cron")
+    p.add_argument("--stuck-after", type=_seconds, default=3600, metavar="SECONDS",
+                   help="a Run still running after this long counts as stuck (default 3600)")
+    p.add_argument("--json", action="store_true", help="print the JSON document, not a table")
+    p.set_defaults(func=cmd_reconcile)
 
     p = sub.add_parser("failures", help="list Shadow accept failures, newest first")
     p.add_argument("--limit", type=_positive, default=50)

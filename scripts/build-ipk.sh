@@ -4,8 +4,9 @@
 #
 #   scripts/build-ipk.sh [OUT_DIR]          (default OUT_DIR: dist/)
 #
-# OpenWrt ships python3 and python3-flask but no peewee and no waitress package, so both
-# (pure Python) are bundled under /usr/lib/qlshadow/vendor, copied from the Python that
+# OpenWrt ships python3 and python3-flask but no peewee, waitress or cronsim package, so
+# these (pure Python; cronsim only for `qlshadow reconcile`) are bundled under
+# /usr/lib/qlshadow/vendor, copied from the Python that
 # runs this script ($PYTHON, default .venv/bin/python, else python3). No network is used.
 #
 # Reproducible: the same sources and the same bundled versions give the same bytes.
@@ -77,20 +78,22 @@ for file in "$ROOT"/shell/*.sh; do
 	if [ -f "$file" ]; then cp "$file" "$LIB/shell/"; fi
 done
 
-# Bundled peewee and waitress with their licences, copied from $PYTHON's install.
-"$PYTHON" - "$LIB/vendor" <<'PY' || die "cannot bundle peewee and waitress from $PYTHON"
+# Bundled peewee, waitress and cronsim with their licences, copied from $PYTHON's install.
+"$PYTHON" - "$LIB/vendor" <<'PY' || die "cannot bundle peewee, waitress and cronsim from $PYTHON"
 import os, shutil, sys
 from importlib import metadata
 
+import cronsim
 import peewee
 import waitress
 
 target = sys.argv[1]
 shutil.copyfile(peewee.__file__, os.path.join(target, "peewee.py"))
-shutil.copytree(os.path.dirname(waitress.__file__), os.path.join(target, "waitress"),
-                ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.pyo"))
+for package in (waitress, cronsim):
+    shutil.copytree(os.path.dirname(package.__file__), os.path.join(target, package.__name__),
+                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.pyo"))
 versions = []
-for name in ("peewee", "waitress"):
+for name in ("peewee", "waitress", "cronsim"):
     dist = metadata.distribution(name)
     versions.append(f"{name} {dist.version}\n")
     licences = [f for f in dist.files or () if os.path.basename(str(f)).startswith(("LICENSE", "COPYING"))]
@@ -140,7 +143,7 @@ Maintainer: $MAINTAINER
 Description: Cron status service for QingLong-style panels beside system crond.
  Keeps the 2.x task status that jobs run by crond report over HTTP and, when
  enabled, records every crond execution exactly once as a Shadow Run. Bundles
- peewee and waitress (pure Python).
+ peewee, waitress and cronsim (pure Python).
 EOF
 printf '%s\n' /etc/config/qlshadow /etc/qlshadow/qlshadow.conf > "$CONTROL/conffiles"
 cp "$ROOT/conf/ipk/postinst" "$ROOT/conf/ipk/prerm" "$CONTROL/"

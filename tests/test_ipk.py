@@ -107,8 +107,8 @@ def test_the_control_fields_name_the_package_version_and_dependencies(ipk):
     assert fields["Architecture"] == "all"
     depends = [d.strip() for d in fields["Depends"].split(",")]
     assert {"python3-light", "python3-flask", "python3-sqlite3"} <= set(depends)
-    # Peewee and waitress have no OpenWrt package: they must be bundled, not depended on.
-    assert not [d for d in depends if "peewee" in d or "waitress" in d]
+    # Peewee, waitress and cronsim have no OpenWrt package: bundled, not depended on.
+    assert not [d for d in depends if "peewee" in d or "waitress" in d or "cronsim" in d]
     assert fields["Maintainer"] and fields["Section"] and fields["Description"]
 
 
@@ -165,6 +165,8 @@ def test_data_holds_the_app_the_shell_scripts_and_the_bundled_libraries(ipk):
     assert (lib / "vendor" / "waitress" / "server.py").is_file()
     assert (lib / "vendor" / "LICENSE.peewee").is_file()
     assert (lib / "vendor" / "LICENSE.waitress").is_file()
+    assert (lib / "vendor" / "cronsim" / "cronsim.py").is_file()
+    assert (lib / "vendor" / "LICENSE.cronsim").is_file()
 
 
 def test_data_has_no_bytecode_caches(ipk):
@@ -366,6 +368,18 @@ def test_the_installed_service_runs_on_the_bundled_peewee_and_waitress(packaged,
     assert modules["waitress"].startswith(lib + "/vendor/waitress/")
     assert modules["qlshadow"].startswith(lib + "/qlshadow/")
     assert not modules["flask"].startswith(lib)
+
+
+def test_the_installed_reconcile_command_runs_on_the_bundled_cronsim(packaged):
+    server = packaged()
+    assert server.cli("cron", "add", "*/5 * * * *", "true").returncode == 0
+    # The cron is new, so nothing is judged yet: the gate says what it needs, which asks
+    # cronsim (absent from this Python) for the next firing.
+    result = server.cli("reconcile", "--json")
+
+    assert result.returncode == 3, result.stderr
+    (report,) = json.loads(result.stdout)["data"]["crons"]
+    assert "needs a window that covers at least one firing, e.g. the one at" in report["reasons"][0]
 
 
 @pytest.mark.parametrize("shadow", ["on", "off"])

@@ -1,0 +1,424 @@
+"""The reconciliation gate: do the Shadow Runs match what crond really did? (no Flask)
+
+On demand and read-only: it evaluates each active cron's schedule over a window the way
+BusyBox crond does, and compares the firings with the Shadow Runs, the Legacy instances
+and the accept failures of that window. Every read is a range on (cron_id, time), so a
+week costs the same whatever the tables hold before or after it.
+
+Schedules are matched by cronsim; this module only decides which wall-clock minutes map
+to which instants (BusyBox crond tests every real minute by its local time: a minute in
+the spring-forward gap never fires, one in the autumn repeat fires twice) and BusyBox's
+day-of-month / day-of-week rule. docs/SHADOW.md explains both.
+"""
+from __future__ import annotations
+
+import calendar
+import functools
+import time
+
+from .db import is_sqlite
+from .models import Cron, database
+from .schedule import field_count
+
+DAY = 86400
+MAX_WINDOW = 31 * DAY  # firings are enumerated one by one: keep a call bounded
+MAX_LISTED = 100  # most firings listed in `missed` and in `double`; the rest are counted
+
+
+class ReconcileError(ValueError):
+    """Bad input to the gate; the message names the field."""
+
+
+def _check(since: int, until: int, cron_id, stuck_after: int, tolerance: float) -> None:
+    for name, value in (("since", since), ("until", until), ("stuck_after", stuck_after)):
+        if type(value) is not int or value < 0:
+            raise ReconcileError(f"'{name}' must be a non-negative integer (epoch seconds).")
+    if cron_id is not None and (type(cron_id) is not int or cron_id < 1):
+        raise ReconcileError("'cron_id' must be a positive integer.")
+    if until <= since:
+        raise ReconcileError("'until' must be later than 'since'.")
+    if until - since > MAX_WINDOW:
+        raise ReconcileError(f"the window from 'since' to 'until' must be at most {MAX_WINDOW // DAY} days.")
+    if not isinstance(tolerance, (int, float)) or not 0 <= tolerance <= 1:
+        raise ReconcileError("'tolerance' must be a share between 0 and 1.")
+
+
+def reconcile(since: int, until: int, cron_id: int | None = None, stuck_after: int = 3600,
+              tolerance: float = 0.01, now: int | None = None) -> dict:
+    """The gate's report for [since, until): {"window", "gate", "crons"} (read-only)."""
+    _check(since, until, cron_id, stuck_after, tolerance)
+    now = int(time.time()) if now is None else now
+    clock = LocalClock(since - 2 * DAY, until + 2 * DAY)
+    # One read transaction: every count comes from the same snapshot. It takes no write
+    # lock (SQLite's plain BEGIN), so callbacks keep being written meanwhile.
+    with database.atomic():
+        query = Cron.select().order_by(Cron.id)
+        if cron_id is not None:
+            query = query.where(Cron.id == cron_id)
+        crons = list(query.dicts())
+        if cron_id is not None and not crons:
+            raise ReconcileError(f"'cron_id' {cron_id} does not exist.")
+        crons = [cron for cron in crons if cron_id is not None or is_active(cron)]
+        ids = [cron["id"] for cron in crons]
+        failures = _failures(since, until)
+        stats = _stats(ids, since, until, now - stuck_after)
+        unmatched = _unmatched(ids, since, until)
+        reports = [_cron_report(cron, since, until, now, stuck_after, tolerance, clock,
+                                failures.get(cron["id"], {}), stats.get(cron["id"]),
+                                unmatched.get(cron["id"], 0))
+                   for cron in crons]
+    gate = _gate(reports, failures, cron_id)
+    return {"window": {"since": since, "until": until}, "gate": gate, "crons": reports}
+
+
+def is_active(cron: dict) -> bool:
+    """True when system mode writes the cron as an active crontab line (app/crontab.py)."""
+    return (not cron["is_disabled"] and field_count(cron["schedule"]) == 5
+            and cron["extra_schedules"] in (None, "", "[]"))
+
+
+# --- firings ---------------------------------------------------------------------------------
+
+class LocalClock:
+    """The host's local time (libc's TZ, as crond sees it) between two instants.
+
+    Holds the periods of constant UTC offset, so turning a wall-clock minute into the
+    instants that show it is integer arithmetic: none in a spring-forward gap, two in an
+    autumn repeat, one otherwise.
+    """
+
+    def __init__(self, lo: int, hi: int):
+        periods = []
+        start, offset = lo, time.localtime(lo).tm_gmtoff
+        # Hourly samples find every change (no zone keeps an offset for under an hour);
+        # each change is then narrowed to its second.
+        t = lo
+        while t < hi:
+            step = min(3600, hi - t)
+            after = time.localtime(t + step).tm_gmtoff
+            if after != offset:
+                a, b = t, t + step  # offset(a) == offset, offset(b) == after
+                while b - a > 1:
+                    mid = (a + b) // 2
+                    if time.localtime(mid).tm_gmtoff == offset:
+                        a = mid
+                    else:
+                        b = mid
+                periods.append((start, b, offset))
+                start, offset = b, after
+            t += step
+        periods.append((start, hi + 1, offset))
+        self.periods = periods
+        self.offsets = sorted({p[2] for p in periods})
+
+    def covering(self, wall_lo: int, wall_hi: int) -> list:
+        """The periods any instant showing a wall time in [wall_lo, wall_hi) can fall in."""
+        return [p for p in self.periods
+                if p[0] < wall_hi - self.offsets[0] and p[1] > wall_lo - self.offsets[-1]]
+
+    def instants(self, wall: int) -> list:
+        """Instants whose local time is `wall` (wall-clock seconds counted as if UTC)."""
+        return [wall - off for lo, hi, off in self.periods if lo <= wall - off < hi]
+
+
+def _day_rule(schedule: str) -> list:
+    """cronsim expressions whose union matches the days BusyBox crond matches.
+
+    BusyBox ignores a day field that holds every value and otherwise ORs day-of-month with
+    day-of-week; Vixie cron (and cronsim) AND them when either field starts with '*'.
+    They differ for e.g. '*/2' with a weekday, or '1-31' with a weekday.
+    """
+    from cronsim import CronSim
+    from datetime import datetime
+    fields = schedule.split()
+    parsed = CronSim(schedule, datetime(2000, 1, 1))
+    all_days = len(parsed.days) == 31
+    all_weekdays = {d % 7 for d in parsed.weekdays} == set(range(7))
+    if all_days:
+        fields[2] = "*"
+    if all_weekdays:
+        fields[4] = "*"
+    if all_days or all_weekdays or not (fields[2].startswith("*") or fields[4].startswith("*")):
+        return [" ".join(fields)]
+    # Both restricted, one written with a leading '*': OR them as two expressions.
+    return [" ".join(fields[:4] + ["*"]), " ".join(fields[:2] + ["*", fields[3], fields[4]])]
+
+
+@functools.lru_cache(maxsize=64)  # crons often share a time of day (*/5, 0 *, ...)
+def _times_of_day(minute: str, hour: str) -> tuple:
+    """Seconds after midnight of the wall-clock minutes the two fields match, by cronsim."""
+    from cronsim import CronSim
+    from datetime import datetime, timedelta
+    day = datetime(2000, 1, 1)
+    times = []
+    for match in CronSim(f"{minute} {hour} * * *", day - timedelta(seconds=1)):
+        if match.day != day.day:
+            break
+        times.append(match.hour * 3600 + match.minute * 60)
+    return tuple(times)
+
+
+def firings(schedule: str, lo: int, hi: int, clock: LocalClock) -> list:
+    """The instants in [lo, hi) at which BusyBox crond starts a 5-field schedule, sorted."""
+    # Lazy: only the gate needs a cron evaluator, never the callback path.
+    from cronsim import CronSim
+    from datetime import datetime, timedelta
+    # A cron line matches a wall-clock minute when its day matches and its time of day
+    # matches, independently; so cronsim is asked for the matching days of the window and
+    # for the matching times of one day, instead of for every firing (a week of an
+    # every-minute cron is 10,080 of them).
+    times = _times_of_day(*schedule.split()[:2])
+    epoch = datetime(1970, 1, 1)
+    wall_lo = lo + clock.offsets[0]
+    wall_hi = hi + clock.offsets[-1]
+    first_day = (wall_lo - wall_lo % DAY) - DAY  # cronsim answers strictly after its start
+    days = set()
+    for expression in _day_rule(f"0 0 {' '.join(schedule.split()[2:])}"):
+        for match in CronSim(expression, epoch + timedelta(seconds=first_day + DAY - 1)):
+            wall = calendar.timegm(match.timetuple())
+            if wall >= wall_hi:
+                break
+            days.add(wall)
+    found = []
+    for wall_day in sorted(days):
+        periods = clock.covering(wall_day, wall_day + DAY)
+        if len(periods) == 1:  # no offset change near this day: plain arithmetic
+            shift = periods[0][2]
+            found.extend(w - shift for w in (wall_day + t for t in times)
+                         if lo <= w - shift < hi)
+        else:
+            for t in times:
+                found.extend(i for i in clock.instants(wall_day + t) if lo <= i < hi)
+    return sorted(set(found))
+
+
+def next_firing(schedule: str, after: int, clock_hi: int) -> int | None:
+    """The first firing after `after` within the next 31 days (for "needs" reasons)."""
+    found = firings(schedule, after, min(clock_hi, after + MAX_WINDOW),
+                    LocalClock(after - DAY, min(clock_hi, after + MAX_WINDOW) + DAY))
+    return found[0] if found else None
+
+
+# --- reads -------------------------------------------------------------------------------
+
+def _sql(text: str) -> str:
+    param = database.obj.param
+    return text if param == "?" else text.replace("?", param)
+
+
+# What the gate counts per cron, in one statement for every cron of the report.
+_STATS = (
+    'SELECT "cron_id", COUNT(*), '
+    "SUM(CASE WHEN \"state\" = 'exited' THEN 1 ELSE 0 END), "
+    "SUM(CASE WHEN \"state\" = 'exited' AND \"exit_code\" <> 0 THEN 1 ELSE 0 END), "
+    'SUM(CASE WHEN "events" NOT LIKE ? THEN 1 ELSE 0 END), '
+    "SUM(CASE WHEN \"state\" <> 'exited' AND \"accepted_at\" < ? THEN 1 ELSE 0 END), "
+    'MIN("task_revision"), MAX("task_revision") '
+    'FROM "shadow_runs" WHERE {where} '
+    'GROUP BY "cron_id"')
+# On SQLite the window is also a range of the primary key: the execution id, and so the
+# key, begins with the accepted seconds, and SQLite compares text as bytes. Reading the
+# window's rows in key order is one sequential pass; going through the (cron_id,
+# accepted_at) index would cost a key lookup per Run. Valid while since and until have
+# the same number of digits (every epoch second from 2001 to 2286 has ten). The unary +
+# keeps SQLite's planner from skip-scanning that index instead.
+_BY_KEY = ('+"accepted_at" >= ? AND +"accepted_at" < ? AND "project_id" = ? '
+           'AND "idempotency_key" >= ? AND "idempotency_key" < ?')
+_BY_CRON = '"accepted_at" >= ? AND "accepted_at" < ? AND '
+
+# Firings are matched with Runs by minute: index shadow_runs(cron_id, accepted_at) covers it.
+_RUN_MINUTES = ('SELECT "accepted_at" / 60, COUNT(*) FROM "shadow_runs" WHERE "cron_id" = ? '
+                'AND "accepted_at" >= ? AND "accepted_at" < ? GROUP BY "accepted_at" / 60')
+_RUN_IDS = ('SELECT "id" FROM "shadow_runs" WHERE "cron_id" = ? AND "accepted_at" >= ? '
+            'AND "accepted_at" < ? ORDER BY "id"')
+# Index running_instances(cron_id, started_at) covers it.
+_INSTANCE_MINUTES = ('SELECT DISTINCT "started_at" / 60 FROM "running_instances" '
+                     'WHERE "cron_id" = ? AND "started_at" >= ? AND "started_at" < ?')
+# A Legacy instance and its Run come from the same running callback: same cron, pid and
+# start second, and task.sh makes the execution id (the Run's accepted_at) from that very
+# second. The two sides are read a day at a time and joined here: a join in SQL probes
+# shadow_runs once per instance, a key lookup each, several times slower on SQLite.
+_RUN_STARTS = ('SELECT "cron_id", "pid", "started_at" FROM "shadow_runs" WHERE {where} '
+               'AND "started_at" = "accepted_at"')
+_INSTANCE_STARTS = ('SELECT "cron_id", "pid", "started_at" FROM "running_instances" '
+                    'WHERE {where} AND "started_at" >= ? AND "started_at" < ?')
+# shadow_failures is capped (QL3_SHADOW_FAILURE_CAP rows): a scan is bounded.
+_FAILURES = ('SELECT "cron_id", "reason", COUNT(*) FROM "shadow_failures" '
+             'WHERE "at" >= ? AND "at" < ? GROUP BY "cron_id", "reason"')
+
+
+def _in(column: str, ids: list) -> str:
+    return f'{column} IN ({", ".join(str(int(i)) for i in ids)})' if ids else "1 = 0"
+
+
+def _runs_where(ids: list, since: int, until: int) -> tuple:
+    """The WHERE clause and parameters that select the window's Runs of crons ids."""
+    from .shadow.ids import PROJECT_ID
+    if is_sqlite() and len(ids) > 1 and len(str(since)) == len(str(until)):
+        return _BY_KEY, [since, until, PROJECT_ID, f"legacy-system:{since}:",
+                         f"legacy-system:{until}:"]
+    return _BY_CRON + _in('"cron_id"', ids), [since, until]
+
+
+def _stats(ids: list, since: int, until: int, stuck_before: int) -> dict:
+    """{cron_id: (runs, exited, failed, finish_only, stuck, lowest and highest revision)}."""
+    where, params = _runs_where(ids, since, until)
+    wanted = set(ids)
+    return {row[0]: tuple(int(v) for v in row[1:6]) + tuple(row[6:])
+            for row in database.obj.execute_sql(_sql(_STATS.format(where=where)),
+                                                ["%running@%", stuck_before] + params)
+            if row[0] in wanted}
+
+
+def _unmatched(ids: list, since: int, until: int) -> dict:
+    """{cron_id: Legacy instances started in the window with no Run of the same start}."""
+    execute = database.obj.execute_sql
+    found: dict = {}
+    instances_where = _in('"cron_id"', ids)
+    for lo in range(since, until, DAY):  # a day at a time keeps the sets small
+        hi = min(until, lo + DAY)
+        where, params = _runs_where(ids, lo, hi)
+        starts = set(execute(_sql(_RUN_STARTS.format(where=where)), params))
+        for row in execute(_sql(_INSTANCE_STARTS.format(where=instances_where)), (lo, hi)):
+            if row not in starts:
+                found[row[0]] = found.get(row[0], 0) + 1
+    return found
+
+
+def _failures(since: int, until: int) -> dict:
+    """{cron_id or None: {reason: count}} of accept failures recorded in the window."""
+    found: dict = {}
+    for cron_id, reason, count in database.obj.execute_sql(_sql(_FAILURES), (since, until)):
+        found.setdefault(cron_id, {})[reason] = int(count)
+    return found
+
+
+# --- one cron --------------------------------------------------------------------------------
+
+def _iso(instant: int) -> str:
+    return time.strftime("%Y-%m-%d %H:%M %Z", time.localtime(instant))
+
+
+def _cron_report(cron: dict, since: int, until: int, now: int, stuck_after: int,
+                 tolerance: float, clock: LocalClock, failed: dict, stats, unmatched: int) -> dict:
+    from .shadow.writer import cron_revision
+    execute = database.obj.execute_sql
+    cid = cron["id"]
+    runs, exited, failed_runs, finish_only, stuck, low, high = (
+        stats or (0, 0, 0, 0, 0, None, None))
+    revisions = {low, high} - {None}  # two values exactly when the Runs carry several
+    per_minute = {int(m): int(n) for m, n in execute(_sql(_RUN_MINUTES), (cid, since, until))}
+
+    report = {
+        "cron_id": cid, "name": cron["name"], "schedule": cron["schedule"],
+        "active": is_active(cron), "definition_changed": False, "evaluated_from": None,
+        "expected": 0, "runs": runs, "exited": exited, "running": runs - exited,
+        "failed": failed_runs, "finish_only": finish_only, "stuck": stuck,
+        "missed": [], "missed_omitted": 0, "double": [], "double_omitted": 0,
+        "off_schedule": 0,
+        "unmatched_instances": unmatched,
+        "drift": failed.get("replay_drift", 0),
+        "invalid": failed.get("invalid_execution_id", 0),
+        "verdict": "pass", "reasons": [],
+    }
+    reasons, unsure = report["reasons"], []
+
+    # From when does the current definition describe what crond ran? Firings before the
+    # cron existed, or before its last change inside the window, are not judged.
+    lo = max(since, cron["created_at"] + 1)
+    changed_inside = since <= cron["updated_at"] < until and cron["updated_at"] > cron["created_at"]
+    if changed_inside:
+        lo = max(lo, cron["updated_at"] + 1)
+    current = cron_revision(cron)
+    changed_after = cron["updated_at"] >= until and bool(revisions - {current})
+    report["definition_changed"] = changed_inside or changed_after or len(revisions) > 1
+    if changed_after:
+        unsure.append(f"the definition was changed after the window (at {_iso(cron['updated_at'])}) "
+                      "and its schedule during the window is unknown; needs a window after that change")
+    if not report["active"]:
+        unsure.append("not active in system mode (disabled, a 6-field or @ schedule, or extra "
+                      "schedules): crond does not run it, so there is nothing to compare")
+
+    hi = min(until, now - 59)  # a firing whose minute has not ended yet is not judged
+    expected_at = []
+    if report["active"] and not changed_after and lo < hi:
+        expected_at = firings(cron["schedule"], lo, hi, clock)
+        report["evaluated_from"] = lo
+    report["expected"] = len(expected_at)
+
+    missed, double = [], []
+    instance_minutes = None
+    matched = 0
+    for at in expected_at:
+        n = per_minute.get(at // 60, 0)
+        if n:
+            matched += n
+            if n > 1:
+                double.append(at)
+            continue
+        if instance_minutes is None:  # read only when some firing has no Run
+            instance_minutes = {int(m) for (m,) in execute(
+                _sql(_INSTANCE_MINUTES), (cid, lo, until))}
+        if at // 60 not in instance_minutes:
+            missed.append(at)
+    if expected_at:  # Runs in judged minutes that are not firing minutes
+        judged = sum(n for m, n in per_minute.items() if m * 60 + 59 >= lo and m * 60 < hi)
+        report["off_schedule"] = judged - matched
+    report["missed"] = missed[:MAX_LISTED]
+    report["missed_omitted"] = max(0, len(missed) - MAX_LISTED)
+    report["double"] = [{"at": at, "run_ids": [r for (r,) in execute(
+        _sql(_RUN_IDS), (cid, at, at + 60))]} for at in double[:MAX_LISTED]]
+    report["double_omitted"] = max(0, len(double) - MAX_LISTED)
+
+    if missed:
+        reasons.append(f"{len(missed)} scheduled firing(s) have neither a Run nor a Legacy "
+                       f"instance (first at {_iso(missed[0])}): crond did not start them, or "
+                       "both callbacks were lost")
+    if double:
+        reasons.append(f"{len(double)} firing(s) have more than one Run (first at "
+                       f"{_iso(double[0])}): two crond daemons, or the cron in two crontabs")
+    if report["drift"]:
+        reasons.append(f"{report['drift']} callback(s) were refused as replay drift: the "
+                       "cron's definition changed while a run of it was in flight")
+    lost = finish_only + stuck
+    if runs and lost / runs > tolerance:
+        reasons.append(f"{lost} of {runs} Runs ({100 * lost / runs:.1f} %) lost a callback "
+                       f"({finish_only} without start, {stuck} running over {stuck_after} s); "
+                       f"at most {100 * tolerance:g} % is tolerated")
+    if reasons:
+        report["verdict"] = "fail"
+    elif unsure:
+        report["verdict"], report["reasons"] = "insufficient", unsure
+    elif not expected_at:
+        report["verdict"] = "insufficient"
+        upcoming = next_firing(cron["schedule"], max(lo, hi) - 1, max(lo, hi) + MAX_WINDOW)
+        reasons.append("no scheduled firing in the judged part of the window ("
+                       f"{_iso(lo)} to {_iso(max(lo, hi))}); needs a window that covers at "
+                       "least one firing" + (f", e.g. the one at {_iso(upcoming)}" if upcoming else ""))
+    elif not runs:
+        report["verdict"] = "insufficient"
+        reasons.append(f"{len(expected_at)} firing(s) but no Shadow Run: needs Shadow on "
+                       "(QL3_SHADOW_ORIGINS=scheduled_system) and at least one Run to compare")
+    return report
+
+
+def _gate(reports: list, failures: dict, cron_id) -> dict:
+    """The whole gate: fail if any cron fails; pass if at least one cron passes."""
+    verdicts = [r["verdict"] for r in reports]
+    reasons = [f"cron {r['cron_id']} ({r['name']}): {reason}"
+               for r in reports if r["verdict"] == "fail" for reason in r["reasons"]]
+    by_reason: dict = {}
+    for per_cron in failures.values() if cron_id is None else [failures.get(cron_id, {})]:
+        for reason, count in per_cron.items():
+            by_reason[reason] = by_reason.get(reason, 0) + count
+    if reasons:
+        verdict = "fail"
+    elif "pass" in verdicts:
+        verdict = "pass"
+    else:
+        verdict = "insufficient"
+        reasons = ([f"cron {r['cron_id']} ({r['name']}): {reason}"
+                    for r in reports for reason in r["reasons"]]
+                   or ["no cron is active in system mode: needs at least one enabled 5-field "
+                       "cron without extra schedules"])
+    return {"verdict": verdict, "reasons": reasons, "failures": by_reason}
