@@ -255,7 +255,7 @@ def cmd_reconcile(args) -> int:
         print(f"qlshadow: {exc}", file=sys.stderr)
         return 2
     if args.json:
-        _print_json({"code": 200, "data": data})
+        _print_json({"data": data})  # the API document's data, as the endpoint answers it
     else:
         sys.stdout.write(format_report(data))
     return GATE_EXIT[data["gate"]["verdict"]]
