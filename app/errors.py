@@ -64,6 +64,8 @@ def init_app(app) -> None:
     def _db_down(exc):
         # Locked, full, restarting or unreachable: the request wrote nothing (its transaction
         # rolled back); drop the connection so the next request on this thread reconnects.
+        from . import metrics
+        metrics.count_write_error()
         log.warning("database error: %s", str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
         db.discard_connection()
         return json_error(503, "The database is unavailable; try again shortly.")

@@ -16,11 +16,11 @@ TOKEN_RECHECK = 60  # seconds a looked-up token is trusted before it is looked u
 
 
 def init_app(app) -> None:
-    from . import auth, callback, crons, health, runs
+    from . import auth, callback, crons, health, metrics, page, runs
     # Werkzeug would answer "/open//crons/status" with an HTML 308 redirect, which no error
     # handler sees; unmerged, such a path is a plain JSON 404. Set before rules are added.
     app.url_map.merge_slashes = False
-    for module in (callback, crons, runs, auth, health):
+    for module in (callback, crons, runs, auth, health, metrics, page):
         app.register_blueprint(module.bp)
 
     # token hash -> (scopes, expiration, recheck_at): a valid token needs no query on the
@@ -36,8 +36,11 @@ def init_app(app) -> None:
         if request.routing_exception is not None or path == "/health":
             return  # 404/405 need no database; /health reports on it itself
         db.ensure_connection()
-        if path.startswith("/open/") and path not in PUBLIC:
-            _authorize(path.split("/", 3)[2], token_cache)
+        if path.startswith("/open/"):
+            if path not in PUBLIC:
+                _authorize(path.split("/", 3)[2], token_cache)
+        elif path == "/metrics":
+            _authorize("metrics", token_cache)  # Prometheus sends the same bearer token
 
 
 def _authorize(scope: str, cache: dict) -> None:

@@ -10,6 +10,7 @@ import time
 
 from flask import Blueprint, Response, current_app, request
 
+from .. import metrics
 from ..db import write_transaction
 from ..legacy import NOT_GIVEN, apply_status_callback, decode_json, parse_status_callback
 
@@ -27,5 +28,14 @@ def status():
         crons = apply_status_callback(cb, now)
         if shadow:
             from ..shadow.writer import observe
-            observe(cb, crons, now, settings.failure_cap)
+            outcome = observe(cb, crons, now, settings.failure_cap)
+    if shadow:
+        metrics.count_shadow(outcome)  # after the commit: a rolled-back outcome is not counted
     return Response(OK_BODY, status=200, mimetype="application/json")
+
+
+@bp.after_request
+def _count(response):
+    # Every answer of this route, refusals included (auth and body errors end here too).
+    metrics.count_callback(response.status_code)
+    return response

@@ -1,0 +1,14 @@
+"""GET /metrics: the Prometheus text format, for a bearer token with the `metrics` scope."""
+from __future__ import annotations
+
+from flask import Blueprint, Response
+
+from .. import metrics
+
+bp = Blueprint("metrics", __name__)
+
+
+@bp.route("/metrics", methods=["GET"])
+def exposition():
+    return Response(metrics.render(), content_type="text/plain; version=0.0.4; charset=utf-8",
+                    headers={"Cache-Control": "no-store"})
