@@ -162,22 +162,32 @@ def render() -> str:
     out.family("qlshadow_write_errors", "counter",
                "Requests whose database work failed and was rolled back, since start.",
                [({}, counts["write_errors"])])
-    sizes = storage_bytes()
-    out.family("qlshadow_database_bytes", "gauge", "Size of the database in bytes.",
-               [({}, sizes["database"])])
-    if "wal" in sizes:
-        out.family("qlshadow_database_wal_bytes", "gauge",
-                   "Size of the SQLite write-ahead log in bytes.", [({}, sizes["wal"])])
-    out.family("qlshadow_runs", "gauge", "Shadow Runs stored, by state.",
-               [({"state": k}, v) for k, v in runs_by_state().items()])
-    finishes = last_finishes()
-    out.family("qlshadow_cron_last_exit_code", "gauge",
-               "Exit code of each cron's latest finished execution.",
-               [({"cron_id": c, "name": n}, code) for c, n, code, _ in finishes
-                if code is not None])
-    out.family("qlshadow_cron_last_finish_timestamp_seconds", "gauge",
-               "When each cron's latest execution finished (Unix time).",
-               [({"cron_id": c, "name": n}, at) for c, n, _, at in finishes])
+    from peewee import DatabaseError, InterfaceError
+    try:
+        sizes, runs, finishes = storage_bytes(), runs_by_state(), last_finishes()
+    except (DatabaseError, InterfaceError):
+        # The counters matter most while the database fails: answer them without its part.
+        from .db import discard_connection
+        discard_connection()
+        sizes = runs = finishes = None
+    out.family("qlshadow_database_up", "gauge",
+               "1 when the database answered this scrape's reads, else 0.",
+               [({}, 0 if sizes is None else 1)])
+    if sizes is not None:
+        out.family("qlshadow_database_bytes", "gauge", "Size of the database in bytes.",
+                   [({}, sizes["database"])])
+        if "wal" in sizes:
+            out.family("qlshadow_database_wal_bytes", "gauge",
+                       "Size of the SQLite write-ahead log in bytes.", [({}, sizes["wal"])])
+        out.family("qlshadow_runs", "gauge", "Shadow Runs stored, by state.",
+                   [({"state": k}, v) for k, v in runs.items()])
+        out.family("qlshadow_cron_last_exit_code", "gauge",
+                   "Exit code of each cron's latest finished execution.",
+                   [({"cron_id": c, "name": n}, code) for c, n, code, _ in finishes
+                    if code is not None])
+        out.family("qlshadow_cron_last_finish_timestamp_seconds", "gauge",
+                   "When each cron's latest execution finished (Unix time).",
+                   [({"cron_id": c, "name": n}, at) for c, n, _, at in finishes])
     rss = process_rss_bytes()
     if rss is not None:
         out.family("process_resident_memory_bytes", "gauge", "Resident memory size in bytes.",
