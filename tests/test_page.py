@@ -239,6 +239,31 @@ def test_the_gate_page_shows_the_gate_or_says_it_is_not_available(client, viewer
         assert "Verdict:" in html and re.search(r'badge (pass|fail|insufficient)', html)
 
 
+def test_the_gate_page_renders_the_documented_gate_document(client, viewer, monkeypatch):
+    # Written against the gate's documented interface: a stand-in module answers the one call.
+    import sys
+    import types
+    calls = []
+
+    def reconcile(since, until, cron_id=None, stuck_after=3600, tolerance=0.01, now=None):
+        calls.append((since, until, now))
+        return {"window": {"since": since, "until": until},
+                "gate": {"verdict": "fail", "reasons": ["cron 7 missed 2 firings"]},
+                "crons": [{"cron_id": 3, "name": "fine", "schedule": "* * * * *", "expected": 10,
+                           "runs": 10, "verdict": "pass", "reasons": []},
+                          {"cron_id": 7, "name": "flaky", "schedule": "*/5 * * * *",
+                           "expected": 12, "runs": 10, "verdict": "fail",
+                           "reasons": ["missed 2 firings"]}]}
+    monkeypatch.setitem(sys.modules, "qlshadow.reconcile",
+                        types.SimpleNamespace(reconcile=reconcile))
+    sign_in(client, viewer)
+    html = client.get("/page/gate").get_data(as_text=True)
+    since, until, now = calls[0]
+    assert until == now and until - since == 7 * 86400
+    assert '<span class="badge fail">fail</span>' in html and "cron 7 missed 2 firings" in html
+    assert html.index('href="/page/crons/7"') < html.index('href="/page/crons/3"')
+
+
 def test_the_health_page_shows_every_key_of_health(client, viewer):
     data = client.get("/health").get_json()["data"]
     sign_in(client, viewer)
