@@ -39,6 +39,19 @@ def browser():
     driver.quit()
 
 
+def follow(driver, element) -> None:
+    """Click a link or button and wait until the next page has replaced this one."""
+    from selenium.webdriver.support import expected_conditions
+    from selenium.webdriver.support.ui import WebDriverWait
+    page = driver.find_element("tag name", "html")
+    element.click()
+    WebDriverWait(driver, 20).until(expected_conditions.staleness_of(page))
+    WebDriverWait(driver, 20).until(
+        lambda d: d.execute_cdp_cmd("Runtime.evaluate", {"expression": "document.readyState",
+                                                          "returnByValue": True})
+        ["result"].get("value") == "complete")
+
+
 def shot(driver, backend: str, name: str) -> None:
     """Save a full-page screenshot as a test artefact."""
     directory = os.path.join(ARTIFACTS, backend)
@@ -91,7 +104,7 @@ def test_an_operator_signs_in_sees_crons_runs_gate_and_health_then_signs_out(
 
     browser.find_element(By.ID, "client_id").send_keys(viewer["client_id"])
     browser.find_element(By.ID, "client_secret").send_keys(viewer["client_secret"])
-    browser.find_element(By.CSS_SELECTOR, "form button[type=submit]").click()
+    follow(browser, browser.find_element(By.CSS_SELECTOR, "form button[type=submit]"))
     assert browser.current_url.endswith("/page/")
     cookie = browser.get_cookie("qlshadow_page")
     assert cookie["httpOnly"] and cookie["sameSite"] == "Strict" and cookie["expiry"]
@@ -101,7 +114,7 @@ def test_an_operator_signs_in_sees_crons_runs_gate_and_health_then_signs_out(
     assert len(browser.find_elements(By.CSS_SELECTOR, "svg.strip rect.failed")) == 4
     shot(browser, backend, "2-crons")
 
-    browser.find_element(By.LINK_TEXT, "nightly-backup").click()
+    follow(browser, browser.find_element(By.LINK_TEXT, "nightly-backup"))
     assert browser.current_url.endswith(f"/page/crons/{crons['nightly-backup']}")
     runs = browser.find_element(By.XPATH, "//h2[@id='runs']/following-sibling::div[1]//table")
     assert len(runs.find_elements(By.CSS_SELECTOR, "tbody tr")) == 8
@@ -110,27 +123,27 @@ def test_an_operator_signs_in_sees_crons_runs_gate_and_health_then_signs_out(
     assert len(instances.find_elements(By.CSS_SELECTOR, "tbody tr")) == 8
     shot(browser, backend, "3-cron")
 
-    browser.find_element(By.LINK_TEXT, "Gate").click()
+    follow(browser, browser.find_element(By.LINK_TEXT, "Gate"))
     heading = browser.find_element(By.TAG_NAME, "h1").text
     assert heading == "Reconciliation gate"
     assert ("Verdict:" in browser.page_source
             or "The gate is not available in this build." in browser.page_source)
     shot(browser, backend, "4-gate")
 
-    browser.find_element(By.LINK_TEXT, "Health").click()
+    follow(browser, browser.find_element(By.LINK_TEXT, "Health"))
     assert browser.find_element(By.XPATH, "//dt[text()='db']/following-sibling::dd[1]").text == "ok"
     shot(browser, backend, "5-health")
 
     browser.set_window_size(390, 844)  # a phone, in dark mode
     browser.execute_cdp_cmd("Emulation.setEmulatedMedia", {
         "features": [{"name": "prefers-color-scheme", "value": "dark"}]})
-    browser.find_element(By.LINK_TEXT, "Crons").click()
+    follow(browser, browser.find_element(By.LINK_TEXT, "Crons"))
     shot(browser, backend, "6-crons-phone-dark")
-    browser.find_element(By.LINK_TEXT, "sync-feeds").click()
+    follow(browser, browser.find_element(By.LINK_TEXT, "sync-feeds"))
     shot(browser, backend, "7-cron-phone-dark")
     browser.set_window_size(1280, 900)
 
-    browser.find_element(By.XPATH, "//button[text()='Sign out']").click()
+    follow(browser, browser.find_element(By.XPATH, "//button[text()='Sign out']"))
     assert browser.current_url.endswith("/page/login")
     assert browser.get_cookie("qlshadow_page") is None
     browser.get(server.url + f"/page/crons/{crons['nightly-backup']}")
