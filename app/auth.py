@@ -19,7 +19,7 @@ from .models import App, Token
 TOKEN_LIFETIME = 30 * 24 * 3600
 SYSTEM_APP = "system"
 SYSTEM_SCOPES = ("crons", "runs")
-KNOWN_SCOPES = frozenset({"crons", "runs"})
+KNOWN_SCOPES = frozenset({"crons", "runs", "metrics"})
 
 
 def sha256_hex(text: str) -> str:
@@ -100,6 +100,62 @@ def system_token(token_file: str, now: int | None = None, min_left: int = 24 * 3
     token = {"value": value, "expiration": expiration}
     _write_private(token_file, json.dumps(token))
     return token
+
+
+PAGE_SCOPE = "crons"  # what an app needs to sign in to the status page
+
+
+def page_viewer(app_id: int, token_digest: str | None, now: int) -> str | None:
+    """Name of the app a page session belongs to, while its app (and token) still may sign in.
+
+    Checked on every page view, so deleting the app or its token ends its sessions too.
+    """
+    if token_digest:
+        found = scopes_for_digest(token_digest, now)
+        if found is None or PAGE_SCOPE not in found[0]:
+            return None
+    row = App.select(App.name, App.scopes).where(App.id == app_id).tuples().first()
+    if row is None or PAGE_SCOPE not in row[1].split(","):
+        return None
+    return row[0]
+
+
+def app_for_token(token: str, now: int):
+    """The App row a valid bearer token belongs to, or None."""
+    digest = sha256_hex(token)
+    if scopes_for_digest(digest, now) is None:
+        return None
+    return App.select().join(Token).where(Token.token_hash == digest).first()
+
+
+def page_key(path: str) -> bytes:
+    """The page sessions' signing key: made once (0600) in the data dir, then only read.
+
+    Created by linking a finished temp file into place, so two servers starting at once
+    agree on one key and no one ever reads a half-written file.
+    """
+    try:
+        with open(path, "rb") as fh:
+            key = fh.read().strip()
+        if len(key) >= 32:
+            return key
+    except FileNotFoundError:
+        pass
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".page-key.")
+    try:
+        os.fchmod(fd, 0o600)
+        with os.fdopen(fd, "w", encoding="ascii") as fh:
+            fh.write(secrets.token_hex(32) + "\n")
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            pass  # another process made it first: use theirs
+    finally:
+        os.unlink(tmp)
+    with open(path, "rb") as fh:
+        return fh.read().strip()
 
 
 def _write_private(path: str, text: str) -> None:

@@ -345,7 +345,7 @@ def build_parser() -> argparse.ArgumentParser:
     appsub = p.add_subparsers(dest="app_cmd", required=True, metavar="SUBCOMMAND")
     p = appsub.add_parser("create", help="create an app and print its client id and secret")
     p.add_argument("name")
-    p.add_argument("--scopes", default="crons,runs", help="comma list of crons, runs")
+    p.add_argument("--scopes", default="crons,runs", help="comma list of crons, runs, metrics")
     p.set_defaults(func=cmd_app_create)
 
     p = sub.add_parser("token", help="tokens for the shell scripts")

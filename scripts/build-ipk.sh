@@ -73,6 +73,12 @@ mkdir -p "$CONTROL" "$LIB/vendor" "$LIB/shell" "$DATA/usr/bin" "$DATA/etc/init.d
 	cp "$ROOT/app/$file" "$LIB/qlshadow/$file"
 done
 
+# The status page's templates, read from the package at run time.
+mkdir -p "$LIB/qlshadow/templates"
+for file in "$ROOT"/app/templates/*.html; do
+	if [ -f "$file" ]; then cp "$file" "$LIB/qlshadow/templates/"; fi
+done
+
 # The shell scripts: whatever shell/*.sh exists at build time.
 for file in "$ROOT"/shell/*.sh; do
 	if [ -f "$file" ]; then cp "$file" "$LIB/shell/"; fi

@@ -169,6 +169,13 @@ def test_data_holds_the_app_the_shell_scripts_and_the_bundled_libraries(ipk):
     assert (lib / "vendor" / "LICENSE.cronsim").is_file()
 
 
+def test_data_holds_the_status_page_templates(ipk):
+    lib = ipk["root"] / "usr" / "lib" / "qlshadow" / "qlshadow"
+    templates = sorted(os.path.basename(p) for p in glob.glob(os.path.join(ROOT, "app", "templates", "*.html")))
+    assert templates and sorted(p.name for p in (lib / "templates").glob("*.html")) == templates
+    assert mode(lib / "templates" / "base.html") == 0o644
+
+
 def test_data_has_no_bytecode_caches(ipk):
     members = names(str(ipk["outer"] / "data.tar.gz"))
 
@@ -358,10 +365,12 @@ def test_the_installed_service_runs_on_the_bundled_peewee_and_waitress(packaged,
     server.start()
 
     status, body = http("GET", server.url + "/health")
+    page_status, page = http("GET", server.url + "/page/login")
     # SIGINT ends serve normally, so the probe's exit hook writes what was imported.
     server.stop(signal.SIGINT)
 
     assert status == 200 and body["data"]["db"] == "ok"
+    assert page_status == 200 and b"<h1>Sign in</h1>" in page  # templates found in the package
     modules = dict(line.split(" ", 1) for line in (tmp_path / "modules").read_text().splitlines())
     lib = str(server.root / "usr" / "lib" / "qlshadow")
     assert modules["peewee"].startswith(lib + "/vendor/")

@@ -9,7 +9,7 @@ from flask import Flask, request
 
 from .. import config, db
 from ..auth import ensure_system_app
-from . import auth, callback, crons, errors, health, reconcile, runs
+from . import auth, callback, crons, errors, health, metrics, page, reconcile, runs
 from .common import forget_tokens
 from .errors import ApiError
 
@@ -40,7 +40,7 @@ def init_app(app) -> None:
     # handler sees; unmerged, such a path is a plain JSON 404. Set before rules are added.
     app.url_map.merge_slashes = False
     forget_tokens()  # one app per process; a new one (tests) trusts nothing cached
-    for module in (callback, crons, runs, auth, health, reconcile):
+    for module in (callback, crons, runs, auth, health, reconcile, metrics, page):
         app.register_blueprint(module.bp)
     app.before_request(_guard)
 

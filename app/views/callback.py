@@ -10,9 +10,11 @@ import time
 
 from flask import Blueprint, Response, current_app, request
 
+from .. import metrics
 from ..db import write_transaction
 from ..legacy import NOT_GIVEN, apply_status_callback, decode_json, parse_status_callback
 from .common import requires_scope
+from .metrics import count_callback
 
 bp = Blueprint("callback", __name__, url_prefix="/open/crons")
 OK_BODY = b'{"code":200}\n'
@@ -30,5 +32,14 @@ def status():
         if shadow:
             # Imported here: with Shadow off (the default) the writer is never loaded.
             from ..shadow.writer import observe
-            observe(cb, crons, now, settings.failure_cap)
+            outcome = observe(cb, crons, now, settings.failure_cap)
+    if shadow:
+        metrics.count_shadow(outcome)  # after the commit: a rolled-back outcome is not counted
     return Response(OK_BODY, status=200, mimetype="application/json")
+
+
+@bp.after_request
+def _count(response):
+    # Every answer of this route, refusals included (auth and body errors end here too).
+    count_callback(response.status_code)
+    return response

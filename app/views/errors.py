@@ -11,7 +11,7 @@ from flask import jsonify
 from peewee import DatabaseError, DataError, IntegrityError, InterfaceError
 from werkzeug.exceptions import HTTPException
 
-from .. import db
+from .. import db, metrics
 from ..errors import Conflict, InvalidInput, NotFound, QlError, Unavailable
 
 log = logging.getLogger("qlshadow")
@@ -72,6 +72,7 @@ def init_app(app) -> None:
     def _db_down(exc):
         # Locked, full, restarting or unreachable: the request wrote nothing (its transaction
         # rolled back); drop the connection so the next request on this thread reconnects.
+        metrics.count_write_error()
         log.warning("database error: %s", str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
         db.discard_connection()
         return json_error(503, "The database is unavailable; try again shortly.")

@@ -1,0 +1,198 @@
+"""Metrics in the Prometheus text format, written by hand (no Flask).
+
+prometheus_client would add about 0.8 MiB of RSS to a 40 MiB process and is not packaged
+for OpenWrt; the format is a few lines. The callback path only adds 1 to a plain integer
+in a dict under one uncontended lock; everything else is read when /metrics is scraped.
+"""
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+# Answers of the status callback, by what they said (the web layer names them).
+CALLBACK_RESULTS = ("ok", "invalid", "unauthorized", "forbidden", "too_large", "unavailable",
+                    "error")
+# What the Shadow writer did with a callback that carried an execution id.
+SHADOW_OUTCOMES = ("created", "advanced", "replayed", "invalid_execution_id", "multiple_ids",
+                   "unsupported_status", "unknown_cron", "writer_error", "replay_drift")
+RUN_STATES = ("accepted", "spawned", "running", "exited")
+# Per-cron series are bounded like any page of the API.
+MAX_CRON_SERIES = 1000
+
+# The lock makes each increment exact across waitress threads; uncontended it costs well
+# under a microsecond, against about a millisecond for a callback's transaction.
+_lock = threading.Lock()
+_callbacks = dict.fromkeys(CALLBACK_RESULTS, 0)
+_shadow = dict.fromkeys(SHADOW_OUTCOMES, 0)
+_write_errors = [0]
+_started = time.time()
+
+
+def count_callback(result: str) -> None:
+    """Count one status-callback answer by its result name (see CALLBACK_RESULTS)."""
+    if result not in _callbacks:
+        result = "error"
+    with _lock:
+        _callbacks[result] += 1
+
+
+def count_shadow(outcome: str) -> None:
+    """Count one outcome of the Shadow writer (an unknown name is kept, not dropped)."""
+    with _lock:
+        _shadow[outcome] = _shadow.get(outcome, 0) + 1
+
+
+def count_write_error() -> None:
+    """Count one request whose database work failed and rolled back."""
+    with _lock:
+        _write_errors[0] += 1
+
+
+def snapshot() -> dict:
+    """A consistent copy of the in-process counters."""
+    with _lock:
+        return {"callbacks": dict(_callbacks), "shadow": dict(_shadow),
+                "write_errors": _write_errors[0]}
+
+
+def _escape(value) -> str:
+    # Label values escape backslash, double quote and newline; nothing else.
+    return str(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def _number(value) -> str:
+    if isinstance(value, float) and not value.is_integer():
+        return repr(value)
+    return str(int(value))
+
+
+class _Text:
+    """Collects families: one HELP and TYPE line each, then its samples."""
+
+    def __init__(self):
+        self.lines: list = []
+
+    def family(self, name: str, kind: str, help_text: str, samples) -> None:
+        # Text format 0.0.4 names a counter by its sample name, "_total" included.
+        sample = name + "_total" if kind == "counter" else name
+        self.lines.append(f"# HELP {sample} {help_text}")
+        self.lines.append(f"# TYPE {sample} {kind}")
+        for labels, value in samples:
+            if labels:
+                inner = ",".join(f'{k}="{_escape(v)}"' for k, v in labels.items())
+                self.lines.append(f"{sample}{{{inner}}} {_number(value)}")
+            else:
+                self.lines.append(f"{sample} {_number(value)}")
+
+    def text(self) -> str:
+        return "\n".join(self.lines) + "\n"
+
+
+def process_rss_bytes() -> int | None:
+    """This process's resident set size from /proc, or None where there is no /proc."""
+    try:
+        with open("/proc/self/status", "rb") as fh:
+            for line in fh:
+                if line.startswith(b"VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def storage_bytes() -> dict:
+    """{"database": bytes, "wal": bytes} for SQLite files; database size only on PostgreSQL."""
+    from .db import is_sqlite
+    from .models import database
+    db = database.obj
+    if is_sqlite(db):
+        sizes = {}
+        for key, suffix in (("database", ""), ("wal", "-wal")):
+            try:
+                sizes[key] = os.path.getsize(db.database + suffix)
+            except OSError:
+                sizes[key] = 0  # no WAL file between checkpoints is normal
+        return sizes
+    row = db.execute_sql("SELECT pg_database_size(current_database())").fetchone()
+    return {"database": int(row[0])}
+
+
+def runs_by_state() -> dict:
+    """Shadow Runs counted by state (every known state, zero when absent)."""
+    from peewee import fn
+
+    from .models import ShadowRun
+    counts = dict.fromkeys(RUN_STATES, 0)
+    for state, number in (ShadowRun.select(ShadowRun.state, fn.COUNT(ShadowRun.state))
+                          .group_by(ShadowRun.state).tuples()):
+        counts[state] = number
+    return counts
+
+
+def last_finishes(limit: int = MAX_CRON_SERIES) -> list:
+    """(cron_id, name, exit_code, finished_at) of each cron's latest finished Legacy instance."""
+    from peewee import fn
+
+    from .models import Cron, RunningInstance
+    latest = (RunningInstance.select(RunningInstance.cron.alias("cron_id"),
+                                     fn.MAX(RunningInstance.id).alias("last_id"))
+              .where(RunningInstance.finished_at.is_null(False))
+              .group_by(RunningInstance.cron).alias("latest"))
+    query = (RunningInstance
+             .select(Cron.id, Cron.name, RunningInstance.exit_code, RunningInstance.finished_at)
+             .join(latest, on=(RunningInstance.id == latest.c.last_id))
+             .switch(RunningInstance).join(Cron, on=(RunningInstance.cron == Cron.id))
+             .order_by(Cron.id).limit(limit))
+    return list(query.tuples())
+
+
+def render() -> str:
+    """The whole exposition: in-process counters plus a few cheap reads of the database."""
+    from . import __version__
+    counts = snapshot()
+    out = _Text()
+    out.family("qlshadow_build_info", "gauge", "Version of the running qlshadow.",
+               [({"version": __version__}, 1)])
+    out.family("qlshadow_callbacks", "counter",
+               "Status callbacks answered since start, by result.",
+               [({"result": k}, v) for k, v in sorted(counts["callbacks"].items())])
+    out.family("qlshadow_shadow_outcomes", "counter",
+               "Shadow writer outcomes since start (created, advanced, replayed or a failure reason).",
+               [({"outcome": k}, v) for k, v in sorted(counts["shadow"].items())])
+    out.family("qlshadow_write_errors", "counter",
+               "Requests whose database work failed and was rolled back, since start.",
+               [({}, counts["write_errors"])])
+    from peewee import DatabaseError, InterfaceError
+    try:
+        sizes, runs, finishes = storage_bytes(), runs_by_state(), last_finishes()
+    except (DatabaseError, InterfaceError):
+        # The counters matter most while the database fails: answer them without its part.
+        from .db import discard_connection
+        discard_connection()
+        sizes = runs = finishes = None
+    out.family("qlshadow_database_up", "gauge",
+               "1 when the database answered this scrape's reads, else 0.",
+               [({}, 0 if sizes is None else 1)])
+    if sizes is not None:
+        out.family("qlshadow_database_bytes", "gauge", "Size of the database in bytes.",
+                   [({}, sizes["database"])])
+        if "wal" in sizes:
+            out.family("qlshadow_database_wal_bytes", "gauge",
+                       "Size of the SQLite write-ahead log in bytes.", [({}, sizes["wal"])])
+        out.family("qlshadow_runs", "gauge", "Shadow Runs stored, by state.",
+                   [({"state": k}, v) for k, v in runs.items()])
+        out.family("qlshadow_cron_last_exit_code", "gauge",
+                   "Exit code of each cron's latest finished execution.",
+                   [({"cron_id": c, "name": n}, code) for c, n, code, _ in finishes
+                    if code is not None])
+        out.family("qlshadow_cron_last_finish_timestamp_seconds", "gauge",
+                   "When each cron's latest execution finished (Unix time).",
+                   [({"cron_id": c, "name": n}, at) for c, n, _, at in finishes])
+    rss = process_rss_bytes()
+    if rss is not None:
+        out.family("process_resident_memory_bytes", "gauge", "Resident memory size in bytes.",
+                   [({}, rss)])
+    out.family("process_start_time_seconds", "gauge",
+               "Start time of the process since the Unix epoch in seconds.", [({}, _started)])
+    return out.text()

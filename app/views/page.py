@@ -1,0 +1,211 @@
+"""The status page: read-only HTML rendered on the server, behind a signed session cookie.
+
+No JavaScript is needed; nothing is fetched from outside (routers are often offline). The
+session cookie is signed with a key kept in the data dir, so sessions survive restarts.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import time
+
+from flask import Blueprint, current_app, g, redirect, render_template, request, url_for
+
+from .. import __version__, auth, crons, overview
+from ..errors import NotFound
+from ..shadow import reader
+
+bp = Blueprint("page", __name__, url_prefix="/page")
+COOKIE = "qlshadow_page"
+LIFETIME = 12 * 3600  # a session lasts half a day from sign-in, however busy
+PAGE_SIZES = (20, 50, 100, 200)
+RUNS_LIMIT = 50
+GATE_DAYS = 7
+# Plain self-contained pages: inline styles only, no scripts, no frames, no outside fetches.
+SECURITY_HEADERS = {
+    "Content-Security-Policy": ("default-src 'none'; style-src 'unsafe-inline'; img-src 'self'; "
+                                "form-action 'self'; frame-ancestors 'none'; base-uri 'none'"),
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-store",
+}
+
+
+def _serializer():
+    """The cookie signer, made on the first page request (the key file is read once)."""
+    signer = current_app.extensions.get("qlshadow.page")
+    if signer is None:
+        from itsdangerous import URLSafeTimedSerializer  # loaded with Flask already
+        settings = current_app.extensions["qlshadow"]
+        key = auth.page_key(os.path.join(settings.data_dir, "page.key"))
+        signer = URLSafeTimedSerializer(key, salt="qlshadow page session")
+        current_app.extensions["qlshadow.page"] = signer
+    return signer
+
+
+def _viewer() -> str | None:
+    """The signed-in app's name, or None for a missing, forged, expired or revoked session."""
+    from itsdangerous import BadData
+    raw = request.cookies.get(COOKIE)
+    if not raw:
+        return None
+    try:
+        data = _serializer().loads(raw, max_age=LIFETIME)
+        app_id, digest = int(data["a"]), data.get("t") or None
+    except (BadData, KeyError, TypeError, ValueError):
+        return None
+    return auth.page_viewer(app_id, digest, int(time.time()))
+
+
+def login_required(view):
+    """No data without a valid session: anything else goes to the sign-in form."""
+    @functools.wraps(view)
+    def wrapper(*args, **kwargs):
+        g.viewer = _viewer()
+        if g.viewer is None:
+            response = redirect(url_for("page.login"), code=303)
+            if request.cookies.get(COOKIE):
+                response.delete_cookie(COOKIE, path=bp.url_prefix)
+            return response
+        return view(*args, **kwargs)
+    return wrapper
+
+
+@bp.after_request
+def _headers(response):
+    response.headers.update(SECURITY_HEADERS)
+    return response
+
+
+@bp.app_template_filter("when")
+def _when(seconds) -> str:
+    if not seconds:
+        return "—"
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(seconds))
+
+
+@bp.app_template_filter("duration")
+def _duration(seconds) -> str:
+    if seconds is None:
+        return "—"
+    seconds = int(seconds)
+    if seconds < 60:
+        return f"{seconds} s"
+    if seconds < 3600:
+        return f"{seconds // 60} min {seconds % 60} s"
+    return f"{seconds // 3600} h {seconds % 3600 // 60} min"
+
+
+def _render(template: str, status: int = 200, **context):
+    context.setdefault("viewer", g.get("viewer"))
+    return render_template(template, version=__version__, tz=time.strftime("%Z"),
+                           **context), status
+
+
+def _arg_int(name: str, default: int, lo: int, hi: int) -> int:
+    """A query integer for a person: out of range or not a number falls back to the default."""
+    raw = request.args.get(name, "")
+    if raw.isascii() and raw.isdigit() and lo <= int(raw) <= hi:
+        return int(raw)
+    return default
+
+
+@bp.route("/login", methods=["GET"])
+def login():
+    return _render("login.html")
+
+
+@bp.route("/login", methods=["POST"])
+def login_submit():
+    client_id = request.form.get("client_id", "").strip()
+    secret = request.form.get("client_secret", "")
+    token = request.form.get("token", "").strip()
+    now = int(time.time())
+    found, digest = None, None
+    if token:
+        found = auth.app_for_token(token, now)
+        digest = auth.sha256_hex(token)
+    elif client_id and secret and "\x00" not in client_id:
+        found = auth.app_for_credentials(client_id, secret)
+    if found is None or auth.PAGE_SCOPE not in found.scopes.split(","):
+        message = ("Enter a client id and secret, or a token." if not (token or client_id)
+                   else f"Those credentials are wrong, or their app lacks the "
+                        f"'{auth.PAGE_SCOPE}' scope.")
+        return _render("login.html", 401, error=message, client_id=client_id)
+    value = _serializer().dumps({"a": found.id, "t": digest})
+    response = redirect(url_for("page.crons_page"), code=303)
+    response.set_cookie(COOKIE, value, max_age=LIFETIME, path=bp.url_prefix, httponly=True,
+                        samesite="Strict", secure=request.is_secure)
+    return response
+
+
+@bp.route("/logout", methods=["POST"])
+def logout():
+    response = redirect(url_for("page.login"), code=303)
+    response.delete_cookie(COOKIE, path=bp.url_prefix, httponly=True, samesite="Strict")
+    return response
+
+
+@bp.route("/", methods=["GET"])
+@login_required
+def crons_page():
+    size = _arg_int("size", 50, 1, PAGE_SIZES[-1])
+    total_pages_guess = 10**9
+    page = _arg_int("page", 1, 1, total_pages_guess)
+    data = overview.cron_rows(page, size)
+    pages = max(1, -(-data["total"] // size))
+    return _render("crons.html", rows=data["rows"], total=data["total"], page=page,
+                   pages=pages, size=size, strip=overview.STRIP)
+
+
+@bp.route("/crons/<int:cron_id>", methods=["GET"])
+@login_required
+def cron_page(cron_id: int):
+    try:
+        cron = crons.get(cron_id)
+    except NotFound:
+        return _render("missing.html", 404, what=f"Cron {cron_id} does not exist.")
+    before = request.args.get("before") or None
+    if before is not None and not reader.UUID_TEXT.fullmatch(before):
+        before = None
+    runs = reader.list_runs(cron_id, None, RUNS_LIMIT + 1, before)
+    more = runs[RUNS_LIMIT]["id"] if len(runs) > RUNS_LIMIT else None
+    instances = crons.instances(cron_id, RUNS_LIMIT)
+    executions = [dict(i, status=i["status"]) for i in instances]
+    finished = next((i for i in instances if i["finished_at"] is not None), None)
+    row = {"id": cron["id"], "name": cron["name"], "command": cron["command"],
+           "schedule": cron["schedule"], "status": cron["status"],
+           "is_disabled": cron["isDisabled"], "last_execution_time": cron["last_execution_time"],
+           "last_running_time": cron["last_running_time"]}
+    summary = overview.cron_summary(row, executions[:overview.STRIP], finished)
+    for instance in instances:
+        instance["outcome"] = overview.outcome(instance)
+    return _render("cron.html", cron=cron, summary=summary, runs=runs[:RUNS_LIMIT],
+                   next_before=more, before=before, instances=instances,
+                   failures=overview.cron_failures(cron_id, RUNS_LIMIT), limit=RUNS_LIMIT)
+
+
+@bp.route("/gate", methods=["GET"])
+@login_required
+def gate_page():
+    try:
+        # The gate is its own module; without it the page still works and says so.
+        from ..reconcile import reconcile
+    except ImportError:
+        return _render("gate.html", gate=None)
+    now = int(time.time())
+    data = reconcile(now - GATE_DAYS * 86400, now, now=now)
+    failing = [c for c in data.get("crons", []) if c.get("verdict") != "pass"]
+    passing = [c for c in data.get("crons", []) if c.get("verdict") == "pass"]
+    return _render("gate.html", gate=data, crons=failing + passing, days=GATE_DAYS)
+
+
+@bp.route("/health", methods=["GET"])
+@login_required
+def health_page():
+    from .health import health
+    # The same document /health answers, whatever keys it has grown.
+    answer = health()
+    data = answer.get_json() if hasattr(answer, "get_json") else answer
+    data = data.get("data", data) if isinstance(data, dict) else {}
+    return _render("health.html", health=data)
