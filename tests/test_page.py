@@ -8,7 +8,8 @@ import time
 
 import pytest
 
-from qlshadow import create_app, db
+from qlshadow import db
+from qlshadow.views import create_app
 from qlshadow.auth import create_app_record
 from qlshadow.models import App
 from qlshadow.views.page import COOKIE, LIFETIME
