@@ -1,4 +1,4 @@
-"""The qlshadow command: serve, db init, app, token, cron, crontab, runs, failures.
+"""The qlshadow command: serve, db init, app, token, cron, crontab, runs, failures, prune.
 
 Every command prints one clear line on stderr and exits non-zero when it fails.
 """
@@ -213,6 +213,15 @@ def cmd_failures(args) -> int:
     return 0
 
 
+def cmd_prune(args) -> int:
+    import time
+
+    from . import retention
+    settings, database = _open(args)
+    _print_json(retention.prune(settings, int(time.time())))
+    return 0
+
+
 def _positive(text: str) -> int:
     if not text.isdigit() or int(text) == 0:
         raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer")
@@ -278,6 +287,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cron", type=_positive, metavar="ID", help="only runs of this cron")
     p.add_argument("--limit", type=_positive, default=50)
     p.set_defaults(func=cmd_runs)
+
+    p = sub.add_parser("prune", help="delete old Runs, instances, tokens and task logs now "
+                       "(QL_RETENTION_*); print what was deleted")
+    p.set_defaults(func=cmd_prune)
 
     p = sub.add_parser("failures", help="list Shadow accept failures, newest first")
     p.add_argument("--limit", type=_positive, default=50)

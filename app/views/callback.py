@@ -10,8 +10,9 @@ import time
 
 from flask import Blueprint, Response, current_app, request
 
-from ..db import write_transaction
+from ..db import note_write_ok, write_transaction
 from ..legacy import NOT_GIVEN, apply_status_callback, decode_json, parse_status_callback
+from ..retention import prune_on_write
 from .common import requires_scope
 
 bp = Blueprint("callback", __name__, url_prefix="/open/crons")
@@ -31,4 +32,6 @@ def status():
             # Imported here: with Shadow off (the default) the writer is never loaded.
             from ..shadow.writer import observe
             observe(cb, crons, now, settings.failure_cap)
+        prune_on_write(now)
+    note_write_ok()
     return Response(OK_BODY, status=200, mimetype="application/json")
