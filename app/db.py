@@ -276,6 +276,12 @@ def note_write_failed(exc: BaseException) -> None:
             _incident["cause"] = cause
 
 
+def forget_write_state() -> None:
+    """Start with no failure on record (a new app in this process)."""
+    global _incident
+    _incident = None
+
+
 def write_state() -> dict:
     """{"ok", "cause", "since", "failures"} of the last write (ok until one fails)."""
     incident = _incident

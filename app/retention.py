@@ -26,8 +26,11 @@ from .db import prebuilt
 from .models import INSTANCE_RUNNING, database
 
 DAY = 86400
-PRUNE_EVERY = 64    # callbacks between two prune steps on the write path
-WRITE_BATCH = 16    # most rows one step deletes per rule: a few pages, never a long lock
+# Every PRUNE_EVERY callbacks a step deletes at most WRITE_BATCH rows per rule: one row per
+# callback, twice what callbacks add (an execution is two callbacks, one Run and one
+# instance), so the write path keeps up; and a few pages per step, never a long lock.
+PRUNE_EVERY = 16
+WRITE_BATCH = 16
 PRUNE_BATCH = 500   # rows per transaction in `qlshadow prune`: callbacks wait at most that
 LOG_NAME = re.compile(r"(\d{4})-(\d\d)-(\d\d)-(\d\d)-(\d\d)-(\d\d)-\d+\.log")
 
@@ -85,12 +88,15 @@ def prune_on_write(now: int) -> int:
         cutoff = now - policy.days * DAY
         deleted += expired_runs(cutoff, WRITE_BATCH) + expired_instances(cutoff, WRITE_BATCH)
     if policy.rows_per_cron:
-        cron_id = _next_cron("runs", _NEXT_RUN_CRON, _FIRST_RUN_CRON)
-        if cron_id is not None:
-            deleted += capped_runs(cron_id, policy.rows_per_cron, WRITE_BATCH)
-        cron_id = _next_cron("instances", _NEXT_INSTANCE_CRON, _FIRST_INSTANCE_CRON)
-        if cron_id is not None:
-            deleted += capped_instances(cron_id, policy.rows_per_cron, WRITE_BATCH)
+        for table, capped, next_sql, first_sql in _CAPS:
+            cron_id = _next_cron(table, next_sql, first_sql)
+            if cron_id is not None:
+                count = capped(cron_id, policy.rows_per_cron, WRITE_BATCH)
+                deleted += count
+                if count == WRITE_BATCH:
+                    # More is due: stay on this cron, so one busy cron among many quiet
+                    # ones is brought back to its cap instead of growing between visits.
+                    _cursor[table] = cron_id - 1
     if policy.logs_on:
         folder = _next_log_folder(policy.log_dir)
         if folder:
@@ -182,6 +188,11 @@ def capped_instances(cron_id: int, cap: int, limit: int) -> int:
     if boundary is None:
         return 0
     return execute(prebuilt(_CAPPED_INSTANCES), (cron_id, boundary[0], limit)).rowcount
+
+
+# The per-cron caps the write path takes turns on: (cursor, delete, next cron, first cron).
+_CAPS = (("runs", capped_runs, _NEXT_RUN_CRON, _FIRST_RUN_CRON),
+         ("instances", capped_instances, _NEXT_INSTANCE_CRON, _FIRST_INSTANCE_CRON))
 
 
 # --- task logs ------------------------------------------------------------------------------

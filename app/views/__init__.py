@@ -41,6 +41,7 @@ def init_app(app) -> None:
     # handler sees; unmerged, such a path is a plain JSON 404. Set before rules are added.
     app.url_map.merge_slashes = False
     forget_tokens()  # one app per process; a new one (tests) trusts nothing cached
+    db.forget_write_state()
     for module in (callback, crons, runs, auth, health):
         app.register_blueprint(module.bp)
     app.before_request(_guard)
