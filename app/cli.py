@@ -217,7 +217,8 @@ def cmd_prune(args) -> int:
     import time
 
     from . import retention
-    settings, database = _open(args)
+    # create=False: on a full disk prune must not try to create anything before it frees space.
+    settings, database = _open(args, create=False)
     _print_json(retention.prune(settings, int(time.time())))
     return 0
 
