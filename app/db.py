@@ -270,7 +270,7 @@ def note_write_failed(exc: BaseException) -> None:
     with _incident_lock:
         if _incident is None:
             _incident = {"cause": cause, "since": int(time.time()), "failures": 1}
-            log.warning("writes are failing: %s; writes answer 503 until one succeeds", cause)
+            log.warning("writes are failing: %s; writes are refused until one succeeds", cause)
         else:
             _incident["failures"] += 1
             _incident["cause"] = cause

@@ -17,6 +17,7 @@ its cron has recorded that many newer executions (it is then superseded).
 """
 from __future__ import annotations
 
+import calendar
 import itertools
 import os
 import re
@@ -31,7 +32,7 @@ DAY = 86400
 # instance), so the write path keeps up; and a few pages per step, never a long lock.
 PRUNE_EVERY = 16
 WRITE_BATCH = 16
-PRUNE_BATCH = 500   # rows per transaction in `qlshadow prune`: callbacks wait at most that
+PRUNE_BATCH = 256   # rows per transaction in `qlshadow prune`: callbacks wait at most that
 LOG_NAME = re.compile(r"(\d{4})-(\d\d)-(\d\d)-(\d\d)-(\d\d)-(\d\d)-\d+\.log")
 
 
@@ -203,13 +204,9 @@ def log_stamp(name: str) -> int | None:
     if not match:
         return None
     y, mo, d, h, mi, s = (int(g) for g in match.groups())
-    # Days from the civil date (no datetime: cheap, and a bad date is just skipped).
     if not (1 <= mo <= 12 and 1 <= d <= 31):
-        return None
-    a = (14 - mo) // 12
-    yy, mm = y + 4800 - a, mo + 12 * a - 3
-    days = d + (153 * mm + 2) // 5 + 365 * yy + yy // 4 - yy // 100 + yy // 400 - 32045 - 2440588
-    return days * DAY + h * 3600 + mi * 60 + s
+        return None  # not a stamp task.sh writes: the file is left alone
+    return calendar.timegm((y, mo, d, h, mi, s, 0, 0, 0))
 
 
 def prune_log_folder(folder: str, policy: Policy, now: int, limit: int | None) -> tuple:

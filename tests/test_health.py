@@ -172,5 +172,5 @@ def test_a_failure_incident_is_logged_once(client, caplog):
         db.note_write_failed(OSError(28, "No space left on device"))
 
     lines = [r.getMessage() for r in caplog.records if "writes are failing" in r.getMessage()]
-    assert lines == ["writes are failing: disk full; writes answer 503 until one succeeds"]
+    assert lines == ["writes are failing: disk full; writes are refused until one succeeds"]
     assert client.get("/health").get_json()["data"]["last_write"]["failures"] == 5
