@@ -30,8 +30,8 @@ DAY = 86400
 # Every PRUNE_EVERY callbacks a step deletes at most WRITE_BATCH rows per rule: one row per
 # callback, twice what callbacks add (an execution is two callbacks, one Run and one
 # instance), so the write path keeps up; and a few pages per step, never a long lock.
-PRUNE_EVERY = 16
-WRITE_BATCH = 16
+PRUNE_EVERY = 64
+WRITE_BATCH = 64
 PRUNE_BATCH = 256   # rows per transaction in `qlshadow prune`: callbacks wait at most that
 LOG_NAME = re.compile(r"(\d{4})-(\d\d)-(\d\d)-(\d\d)-(\d\d)-(\d\d)-\d+\.log")
 

@@ -136,8 +136,8 @@ def test_with_every_limit_off_nothing_is_deleted(settings, make_cron):
                                          "QL_RETENTION_DAYS": "0"}])
 def test_the_write_path_deletes_a_small_batch_every_n_callbacks(settings, make_cron):
     crons = [make_cron(name=f"c{i}")["id"] for i in range(2)]
-    for cron in crons:  # 40 Runs each, far beyond the cap, written with pruning idle
-        for n in range(40):
+    for cron in crons:  # beyond the cap by more than a batch, written with pruning idle
+        for n in range(retention.WRITE_BATCH + 10):
             execution(cron, 100 * cron + n, NOW - 9000 + 60 * n, NOW - 9000 + 60 * n + 5)
     retention._writes = iter(range(1, 10**9))  # the counter, restarted at 1
     before = len(runs())
