@@ -17,6 +17,10 @@ from .errors import InvalidInput
 from .models import App, Token
 
 TOKEN_LIFETIME = 30 * 24 * 3600
+# Issuing a token keeps at most this many valid tokens per app (the newest): clients that
+# fetch a token per run must not grow the table without bound. The system app's newest
+# token is the one token.json holds, so it is always kept.
+TOKENS_KEPT_PER_APP = 10
 SYSTEM_APP = "system"
 SYSTEM_SCOPES = ("crons", "runs")
 KNOWN_SCOPES = frozenset({"crons", "runs", "metrics"})
@@ -47,8 +51,15 @@ def ensure_system_app() -> None:
 
 
 def issue_token(app_id: int, now: int) -> tuple:
-    """A new 30-day token for an app; expired tokens of that app are pruned on the way."""
+    """A new 30-day token for an app; its expired and superseded tokens are deleted.
+
+    Superseded: all but the app's newest TOKENS_KEPT_PER_APP - 1 older tokens, so with the
+    new one the app holds at most TOKENS_KEPT_PER_APP.
+    """
     Token.delete().where(Token.app == app_id, Token.expiration <= now).execute()
+    kept = (Token.select(Token.token_hash).where(Token.app == app_id)
+            .order_by(Token.expiration.desc(), Token.token_hash).limit(TOKENS_KEPT_PER_APP - 1))
+    Token.delete().where(Token.app == app_id, Token.token_hash.not_in(kept)).execute()
     value = secrets.token_urlsafe(32)
     expiration = now + TOKEN_LIFETIME
     Token.insert(token_hash=sha256_hex(value), app=app_id, expiration=expiration).execute()

@@ -1,4 +1,5 @@
-"""The qlshadow command: serve, db init, app, token, cron, crontab, runs, reconcile, failures.
+"""The qlshadow command: serve, db init, app, token, cron, crontab, runs, failures, reconcile,
+prune.
 
 Every command prints one clear line on stderr and exits non-zero when it fails.
 """
@@ -307,6 +308,16 @@ def format_report(data: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def cmd_prune(args) -> int:
+    import time
+
+    from . import retention
+    # create=False: on a full disk prune must not try to create anything before it frees space.
+    settings, database = _open(args, create=False)
+    _print_json(retention.prune(settings, int(time.time())))
+    return 0
+
+
 def _positive(text: str) -> int:
     if not text.isdigit() or int(text) == 0:
         raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer")
@@ -390,6 +401,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a Run still running after this long counts as stuck (default 3600)")
     p.add_argument("--json", action="store_true", help="print the JSON document, not a table")
     p.set_defaults(func=cmd_reconcile)
+    p = sub.add_parser("prune", help="delete old Runs, instances, tokens and task logs now "
+                       "(QL_RETENTION_*); print what was deleted")
+    p.set_defaults(func=cmd_prune)
 
     p = sub.add_parser("failures", help="list Shadow accept failures, newest first")
     p.add_argument("--limit", type=_positive, default=50)

@@ -22,6 +22,8 @@ FILE_KEYS = frozenset({
     "QL_DATA_DIR", "QL_DB_URL", "QL_HOST", "QL_PORT", "QL_THREADS", "QL_SCHEDULER",
     "QL_CRONTAB_FILE", "QL_CRONTAB_INSTALL", "QL3_SHADOW_ORIGINS", "QL3_SHADOW_FAILURE_CAP",
     "QL_MAX_BODY", "QL_BASE_URL", "QL_CALLBACK_TIMEOUT", "QL_DB_TIMEOUT",
+    "QL_RETENTION_DAYS", "QL_RETENTION_ROWS_PER_CRON", "QL_RETENTION_LOGS_PER_CRON",
+    "QL_RETENTION_LOG_DAYS",
 })
 
 
@@ -45,6 +47,12 @@ class Settings:
     db_timeout: float = 5.0
     base_url: str = "http://127.0.0.1:5600"
     callback_timeout: int = 5
+    # Retention (docs/CONTRACT.md, "Retention"); 0 switches a limit off. Sized for a router:
+    # a cron every minute for a year stays within a few MB of flash (README).
+    retention_days: int = 30
+    retention_rows_per_cron: int = 1000
+    retention_logs_per_cron: int = 50
+    retention_log_days: int = 7
     config_file: str | None = None
     # The keys whose value came from the config file (the environment did not override
     # them): such a value (a database password) need not be repeated on crontab lines,
@@ -218,6 +226,12 @@ def load(environ: Mapping[str, str] | None = None, config_file: str | None = Non
         db_timeout=_float("QL_DB_TIMEOUT", merged.get("QL_DB_TIMEOUT", "5"), 0.1, 300),
         base_url=base_url,
         callback_timeout=_int("QL_CALLBACK_TIMEOUT", merged.get("QL_CALLBACK_TIMEOUT", "5"), 1, 300),
+        retention_days=_int("QL_RETENTION_DAYS", merged.get("QL_RETENTION_DAYS", "30"), 0, 36500),
+        retention_rows_per_cron=_int("QL_RETENTION_ROWS_PER_CRON",
+                                     merged.get("QL_RETENTION_ROWS_PER_CRON", "1000"), 0, 10_000_000),
+        retention_logs_per_cron=_int("QL_RETENTION_LOGS_PER_CRON",
+                                     merged.get("QL_RETENTION_LOGS_PER_CRON", "50"), 0, 10_000_000),
+        retention_log_days=_int("QL_RETENTION_LOG_DAYS", merged.get("QL_RETENTION_LOG_DAYS", "7"), 0, 36500),
         config_file=path,
         file_keys=frozenset(file_values.keys() - from_env.keys()),
     )

@@ -6,9 +6,12 @@ A connection that failed is closed so the next request on that thread reconnects
 """
 from __future__ import annotations
 
+import errno
+import logging
 import os
 import select
 import threading
+import time
 from contextlib import contextmanager
 from urllib.parse import parse_qsl, unquote, urlsplit
 
@@ -18,9 +21,34 @@ from .config import ConfigError
 from .errors import Unavailable
 from .models import ALL_MODELS, ShadowRun, database
 
+log = logging.getLogger("qlshadow")
+
 # Router flash and power loss: WAL with synchronous=NORMAL cannot corrupt the file and
 # fsyncs only at checkpoints; a small page cache because every waitress thread has one.
-SQLITE_PRAGMAS = (("synchronous", "normal"), ("foreign_keys", 1), ("cache_size", -1024))
+# A bounded WAL: after WAL_CHECKPOINT_PAGES pages a commit checkpoints (PASSIVE, the only
+# automatic mode), the next writer starts the WAL over, and a WAL that grew past
+# WAL_LIMIT_BYTES (a long reader held a checkpoint back) is truncated back to it. So the WAL
+# stays within WAL_LIMIT_BYTES plus one transaction instead of SQLite's 4 MiB default that
+# once filled a 2 MB partition; docs/CONTRACT.md "Storage" states the bound.
+WAL_CHECKPOINT_PAGES = 256
+WAL_LIMIT_BYTES = 1024 * 1024
+SQLITE_PRAGMAS = (("synchronous", "normal"), ("foreign_keys", 1), ("cache_size", -1024),
+                  ("wal_autocheckpoint", WAL_CHECKPOINT_PAGES),
+                  ("journal_size_limit", WAL_LIMIT_BYTES))
+
+
+class RouterSqliteDatabase(SqliteDatabase):
+    """SqliteDatabase whose rollback does nothing when SQLite already rolled back.
+
+    A COMMIT that fails with SQLITE_FULL (or IOERR) makes SQLite roll the transaction back
+    itself; Peewee then sends ROLLBACK, whose "cannot rollback - no transaction is active"
+    used to replace the real cause (a full disk) in the log and in the raised error.
+    """
+
+    def rollback(self):
+        if not self.is_closed() and not self.connection().in_transaction:
+            return
+        super().rollback()
 
 # One writer at a time inside this process: SQLite allows one writer anyway, and a Python
 # lock hands the turn over without the busy handler's sleep-and-retry. Across processes
@@ -36,8 +64,8 @@ def sqlite_path(url: str) -> str:
 def make_database(url: str, timeout: float = 5.0) -> Database:
     """Build (but do not connect) the database named by a checked QL_DB_URL."""
     if url.startswith("sqlite:///"):
-        return SqliteDatabase(sqlite_path(url), pragmas=SQLITE_PRAGMAS, timeout=timeout,
-                              autoconnect=False, check_same_thread=False)
+        return RouterSqliteDatabase(sqlite_path(url), pragmas=SQLITE_PRAGMAS, timeout=timeout,
+                                    autoconnect=False, check_same_thread=False)
     try:
         import psycopg2  # noqa: F401 -- only PostgreSQL needs it; say so before connecting
     except ImportError:
@@ -210,3 +238,109 @@ def write_transaction():
     else:
         with db.atomic():
             yield
+
+
+# --- the outcome of the last write, for /health -------------------------------------------
+# One process-wide record, not per thread: /health must say whether writes work, whichever
+# thread tried last. A failure starts an incident (logged once, with its cause); the next
+# successful write ends it (logged once). No lock on the success path: it reads one global.
+
+SQLITE_FULL, SQLITE_IOERR = 13, 10
+PG_DISK_FULL = "53100"
+_incident: dict | None = None  # {"cause", "since", "failures"} while writes are failing
+_incident_lock = threading.Lock()
+
+
+def note_write_ok() -> None:
+    """Record that a write transaction committed; ends a failure incident (logged once)."""
+    global _incident
+    if _incident is None:
+        return
+    with _incident_lock:
+        if _incident is not None:
+            log.warning("writes succeed again after %d failed (%s)", _incident["failures"],
+                        _incident["cause"])
+            _incident = None
+
+
+def note_write_failed(exc: BaseException) -> None:
+    """Record that a write failed and why; the cause is logged once per incident."""
+    global _incident
+    cause = failure_cause(exc)
+    with _incident_lock:
+        if _incident is None:
+            _incident = {"cause": cause, "since": int(time.time()), "failures": 1}
+            log.warning("writes are failing: %s; writes are refused until one succeeds", cause)
+        else:
+            _incident["failures"] += 1
+            _incident["cause"] = cause
+
+
+def forget_write_state() -> None:
+    """Start with no failure on record (a new app in this process)."""
+    global _incident
+    _incident = None
+
+
+def write_state() -> dict:
+    """{"ok", "cause", "since", "failures"} of the last write (ok until one fails)."""
+    incident = _incident
+    if incident is None:
+        return {"ok": True, "cause": None, "since": None, "failures": 0}
+    return {"ok": False, **incident}
+
+
+def failure_cause(exc: BaseException) -> str:
+    """Why a write failed, in words: "disk full" for SQLITE_FULL/ENOSPC, else the real error.
+
+    Peewee wraps the driver's error and a failed COMMIT may be followed by other errors, so
+    the whole chain is searched for the first error that names a cause.
+    """
+    seen, node, first = set(), exc, None
+    while node is not None and id(node) not in seen:
+        seen.add(id(node))
+        code = getattr(node, "sqlite_errorcode", None)
+        if code is not None and code & 0xFF == SQLITE_FULL:
+            return "disk full"
+        if isinstance(node, OSError) and node.errno == errno.ENOSPC:
+            return "disk full"
+        if getattr(node, "pgcode", None) == PG_DISK_FULL:
+            return "disk full (PostgreSQL server)"
+        if first is None and str(node).strip():
+            first = f"{type(node).__name__}: {str(node).strip().splitlines()[0]}"
+        node = node.__cause__ or node.__context__
+    if is_sqlite() and free_bytes(os.path.dirname(os.path.abspath(database.obj.database))) == 0:
+        return "disk full"  # a write that SQLite reported otherwise, on a partition with no room
+    return first or type(exc).__name__
+
+
+def free_bytes(directory: str) -> int | None:
+    """Bytes an unprivileged writer may still use on the partition holding directory."""
+    try:
+        st = os.statvfs(directory)
+    except OSError:
+        return None
+    return st.f_bavail * st.f_frsize
+
+
+def storage_figures(data_dir: str) -> dict:
+    """Database and WAL bytes (SQLite; null on PostgreSQL) and free bytes: stat calls only."""
+    db_bytes = wal_bytes = None
+    if is_sqlite():
+        path = database.obj.database
+        db_bytes = _size(path)
+        wal_bytes = _size(path + "-wal") or 0
+    return {"db_bytes": db_bytes, "wal_bytes": wal_bytes, "free_bytes": free_bytes(data_dir)}
+
+
+def _size(path: str) -> int | None:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return None
+
+
+def checkpoint() -> None:
+    """Copy the WAL into the database and truncate it to zero bytes (SQLite; `prune`)."""
+    if is_sqlite():
+        database.obj.execute_sql("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()

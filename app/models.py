@@ -96,6 +96,10 @@ RunningInstance.add_index(
     RunningInstance.index(RunningInstance.cron, RunningInstance.pid,
                           where=(RunningInstance.status == INSTANCE_RUNNING),
                           name="running_instances_open"))
+# GET /open/crons/<id>/instances (newest first), the per-cron row cap of retention, and a
+# cron's instances in a time window (reconciliation; ids grow with insertion time).
+RunningInstance.add_index(
+    RunningInstance.index(RunningInstance.cron, RunningInstance.id, name="running_instances_cron"))
 
 
 class App(BaseModel):
@@ -150,6 +154,19 @@ class ShadowRun(BaseModel):
     class Meta:
         table_name = "shadow_runs"
         primary_key = CompositeKey("project_id", "idempotency_key")
+
+
+# Runs are listed newest first by run id, and a run id begins with its accepted seconds, so
+# ordering by (accepted_at, id) is the same order. Two indexes, each one more page written
+# when a Run is created (never when it advances: neither column changes):
+# - (accepted_at, id): GET /open/runs unfiltered, GET /open/runs/<id> on both databases
+#   (accepted_at is read from the id), and retention's oldest-first age deletes;
+# - (cron_id, accepted_at, id): GET /open/runs?cron_id=, the per-cron row cap, and a cron's
+#   Runs in an accepted_at window (reconciliation).
+ShadowRun.add_index(ShadowRun.index(ShadowRun.accepted_at, ShadowRun.id,
+                                    name="shadow_runs_accepted"))
+ShadowRun.add_index(ShadowRun.index(ShadowRun.cron_id, ShadowRun.accepted_at, ShadowRun.id,
+                                    name="shadow_runs_cron"))
 
 
 class ShadowFailure(BaseModel):

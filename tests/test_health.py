@@ -16,9 +16,10 @@ def test_health_answers_ok_with_version_scheduler_and_origins(client):
     response = client.get("/health")
 
     assert response.status_code == 200
-    assert response.get_json() == {"code": 200, "data": {
+    data = response.get_json()["data"]
+    assert {k: data[k] for k in ("status", "db", "version", "scheduler", "shadow_origins")} == {
         "status": "ok", "db": "ok", "version": __version__, "scheduler": "node",
-        "shadow_origins": []}}
+        "shadow_origins": []}
 
 
 @pytest.mark.parametrize("shadow_env", [{"QL3_SHADOW_ORIGINS": "scheduled_system, manual",
@@ -124,3 +125,52 @@ def test_the_first_callback_after_postgres_closed_the_connection_succeeds(client
                           json={"ids": [str(cron["id"])], "status": "0", "pid": "7"})
 
     assert (response.status_code, response.get_json()) == (200, {"code": 200})
+
+
+def test_health_reports_the_last_write_and_the_storage(client):
+    data = client.get("/health").get_json()["data"]
+
+    assert data["last_write"] == {"ok": True, "cause": None, "since": None, "failures": 0}
+    assert set(data["storage"]) == {"db_bytes", "wal_bytes", "free_bytes"}
+    assert data["storage"]["free_bytes"] > 0
+
+
+@pytest.mark.parametrize("backend", ["sqlite"])
+def test_on_sqlite_health_gives_the_database_and_wal_sizes(client, db_url):
+    storage = client.get("/health").get_json()["data"]["storage"]
+    path = _sqlite_path(db_url)
+
+    assert storage["db_bytes"] == os.path.getsize(path)
+    assert storage["wal_bytes"] == (os.path.getsize(path + "-wal")
+                                    if os.path.exists(path + "-wal") else 0)
+
+
+def test_health_is_503_naming_the_cause_while_writes_fail(client):
+    full = OSError(28, "No space left on device")
+
+    db.note_write_failed(full)
+    response = client.get("/health")
+
+    assert response.status_code == 503
+    assert response.get_json()["message"] == "Writes are failing: disk full."
+    assert response.get_json()["data"]["last_write"]["cause"] == "disk full"
+
+
+def test_a_successful_write_ends_the_failure(client, auth, make_cron):
+    cron = make_cron()
+    db.note_write_failed(RuntimeError("database is locked"))
+    assert client.get("/health").status_code == 503
+
+    assert client.put("/open/crons/status", headers=auth,
+                      json={"ids": [cron["id"]], "status": 0, "pid": 1}).status_code == 200
+
+    assert client.get("/health").status_code == 200
+
+
+def test_a_failure_incident_is_logged_once(client, caplog):
+    for _ in range(5):
+        db.note_write_failed(OSError(28, "No space left on device"))
+
+    lines = [r.getMessage() for r in caplog.records if "writes are failing" in r.getMessage()]
+    assert lines == ["writes are failing: disk full; writes are refused until one succeeds"]
+    assert client.get("/health").get_json()["data"]["last_write"]["failures"] == 5

@@ -28,6 +28,7 @@ def old_database(make_settings):
         os.makedirs(os.path.dirname(database.database), exist_ok=True)
     with database.connection_context():
         database.create_tables(OLD_MODELS)
+        database.execute_sql("DROP INDEX running_instances_cron")  # added by this release
         with database.atomic():
             cron = Cron.insert(name="backup", command="task backup.sh", schedule="*/5 * * * *",
                                status=0, pid=42, log_path="b.log", created_at=1, updated_at=2
@@ -82,3 +83,47 @@ def test_on_sqlite_the_added_run_table_is_without_rowid(old_database):
         sql = database.execute_sql(
             "SELECT sql FROM sqlite_master WHERE name = 'shadow_runs'").fetchone()[0]
     assert sql.rstrip().upper().endswith("WITHOUT ROWID")
+
+
+NEW_INDEXES = {"running_instances_cron", "shadow_runs_accepted", "shadow_runs_cron"}
+
+
+def index_names(database) -> set:
+    if db.is_sqlite(database):
+        sql = "SELECT name FROM sqlite_master WHERE type = 'index'"
+    else:
+        sql = "SELECT indexname FROM pg_indexes WHERE schemaname = current_schema()"
+    return {row[0] for row in database.execute_sql(sql).fetchall()}
+
+
+@pytest.fixture
+def database_without_indexes(make_settings):
+    """A database of the release before the read indexes, holding Runs and instances."""
+    settings = make_settings()
+    database = db.make_database(settings.db_url)
+    db.bind(database)
+    if db.is_sqlite(database):
+        os.makedirs(os.path.dirname(database.database), exist_ok=True)
+    ShadowRun._meta.without_rowid = db.is_sqlite(database)
+    with database.connection_context():
+        database.create_tables(OLD_MODELS + (ShadowRun, ShadowFailure))
+        for name in NEW_INDEXES:
+            database.execute_sql(f"DROP INDEX {name}")
+        with database.atomic():
+            cron = Cron.insert(name="backup", command="task backup.sh", schedule="*/5 * * * *",
+                               created_at=1, updated_at=2).execute()
+            RunningInstance.insert(cron=cron, pid=42, log_path="b.log", started_at=10).execute()
+        rows = {m._meta.table_name: list(m.select().dicts()) for m in (Cron, RunningInstance)}
+        assert not NEW_INDEXES & index_names(database)
+    yield settings, database, rows
+    db.discard_connection()
+
+
+def test_start_up_adds_the_read_indexes_to_an_existing_database_and_keeps_its_rows(
+        database_without_indexes):
+    settings, database, rows = database_without_indexes
+    run_cli(cli_env(settings), "db", "init")
+    with database.connection_context():
+        assert NEW_INDEXES <= index_names(database)
+        assert {m._meta.table_name: list(m.select().dicts())
+                for m in (Cron, RunningInstance)} == rows

@@ -3,9 +3,10 @@ from __future__ import annotations
 
 import re
 
-from ..db import is_sqlite
+from peewee import Tuple
+
 from ..models import ShadowFailure, ShadowRun
-from .ids import PROJECT_ID, seconds_of_run_id
+from .ids import seconds_of_run_id
 
 UUID_TEXT = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 STATES = ("accepted", "spawned", "running", "exited")
@@ -37,32 +38,33 @@ def to_json(row: dict) -> dict:
 
 
 def list_runs(cron_id: int | None, state: str | None, limit: int, before: str | None) -> list:
-    """Runs newest first by run id (which orders by accepted_at); before= pages on."""
+    """Runs newest first by run id (which orders by accepted_at); before= pages on.
+
+    The order is written (accepted_at, id): the same order as id alone, since a run id
+    begins with its accepted seconds, but one that the indexes shadow_runs_cron and
+    shadow_runs_accepted hold, so no query scans or sorts the table.
+    """
     query = ShadowRun.select()
     if cron_id is not None:
         query = query.where(ShadowRun.cron_id == cron_id)
     if state is not None:
         query = query.where(ShadowRun.state == state)
     if before is not None:
-        query = query.where(ShadowRun.id < before)
-    return [to_json(r) for r in query.order_by(ShadowRun.id.desc()).limit(limit).dicts()]
+        # Any UUID works as a cursor: a Run sorts before it exactly when its accepted
+        # seconds are below the cursor's whole seconds, or equal with a smaller id.
+        seconds = int(before[:8] + before[9:13], 16) // 1000
+        query = query.where(Tuple(ShadowRun.accepted_at, ShadowRun.id) < Tuple(seconds, before))
+    query = query.order_by(ShadowRun.accepted_at.desc(), ShadowRun.id.desc()).limit(limit)
+    return [to_json(r) for r in query.dicts()]
 
 
 def get_run(run_id: str) -> dict | None:
-    """One Run by its id, or None."""
-    query = ShadowRun.select().where(ShadowRun.id == run_id)
+    """One Run by its id, or None (found through shadow_runs_accepted on both databases)."""
     seconds = seconds_of_run_id(run_id)
-    if seconds is not None and is_sqlite():
-        # No index on id (it would cost a page per Run): the id's first 48 bits hold the
-        # accepted seconds, which also lead the key, so a primary-key range finds it.
-        # Only on SQLite, whose BINARY collation orders ':' < ';' as bytes; a PostgreSQL
-        # database with a linguistic collation (en_US, ICU) ignores punctuation and would
-        # miss the row, and there a scan is affordable.
-        prefix = f"legacy-system:{seconds}:"
-        query = query.where(ShadowRun.project_id == PROJECT_ID,
-                            ShadowRun.idempotency_key >= prefix,
-                            ShadowRun.idempotency_key < prefix[:-1] + ";")
-    row = query.dicts().get_or_none()
+    if seconds is None:
+        return None
+    row = (ShadowRun.select().where(ShadowRun.accepted_at == seconds, ShadowRun.id == run_id)
+           .dicts().get_or_none())
     return to_json(row) if row else None
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from flask import Flask, request
 
-from .. import config, db
+from .. import config, db, retention
 from ..auth import ensure_system_app
 from . import auth, callback, crons, errors, health, metrics, page, reconcile, runs
 from .common import forget_tokens
@@ -25,6 +25,7 @@ def create_app(settings: config.Settings | None = None, init_db: bool = True) ->
 
     database, journal = db.open_database(settings, create=init_db)
     app.extensions["qlshadow.journal"] = journal
+    retention.configure(settings)
     if init_db:
         with database.connection_context(), db.write_transaction():
             ensure_system_app()
@@ -40,6 +41,7 @@ def init_app(app) -> None:
     # handler sees; unmerged, such a path is a plain JSON 404. Set before rules are added.
     app.url_map.merge_slashes = False
     forget_tokens()  # one app per process; a new one (tests) trusts nothing cached
+    db.forget_write_state()
     for module in (callback, crons, runs, auth, health, reconcile, metrics, page):
         app.register_blueprint(module.bp)
     app.before_request(_guard)

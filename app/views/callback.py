@@ -11,8 +11,9 @@ import time
 from flask import Blueprint, Response, current_app, request
 
 from .. import metrics
-from ..db import write_transaction
+from ..db import note_write_ok, write_transaction
 from ..legacy import NOT_GIVEN, apply_status_callback, decode_json, parse_status_callback
+from ..retention import prune_on_write
 from .common import requires_scope
 from .metrics import count_callback
 
@@ -33,6 +34,8 @@ def status():
             # Imported here: with Shadow off (the default) the writer is never loaded.
             from ..shadow.writer import observe
             outcome = observe(cb, crons, now, settings.failure_cap)
+        prune_on_write(now)
+    note_write_ok()
     if shadow:
         metrics.count_shadow(outcome)  # after the commit: a rolled-back outcome is not counted
     return Response(OK_BODY, status=200, mimetype="application/json")

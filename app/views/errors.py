@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 
-from flask import jsonify
+from flask import jsonify, request
 from peewee import DatabaseError, DataError, IntegrityError, InterfaceError
 from werkzeug.exceptions import HTTPException
 
@@ -73,7 +73,10 @@ def init_app(app) -> None:
         # Locked, full, restarting or unreachable: the request wrote nothing (its transaction
         # rolled back); drop the connection so the next request on this thread reconnects.
         metrics.count_write_error()
-        log.warning("database error: %s", str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+        if request.method in ("GET", "HEAD"):
+            log.warning("database error: %s", db.failure_cause(exc))
+        else:
+            db.note_write_failed(exc)  # /health reports it; logged once per incident
         db.discard_connection()
         return json_error(503, "The database is unavailable; try again shortly.")
 

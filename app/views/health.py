@@ -1,4 +1,8 @@
-"""GET /health: no token; 503 with db "unavailable" when the database cannot answer."""
+"""GET /health: no token; whether the database answers and writes succeed, and storage figures.
+
+503 when the database cannot answer or the last write failed (the cause is named). Cheap
+enough to poll: one SELECT 1, a few stat calls, no table read.
+"""
 from __future__ import annotations
 
 from flask import Blueprint, current_app, jsonify
@@ -13,15 +17,26 @@ bp = Blueprint("health", __name__)
 @bp.route("/health", methods=["GET"])
 def health():
     settings = current_app.extensions["qlshadow"]
+    write = db.write_state()
     data = {"status": "ok", "db": "ok", "version": __version__, "scheduler": settings.scheduler,
-            "shadow_origins": sorted(settings.shadow_origins)}
+            "shadow_origins": sorted(settings.shadow_origins),
+            "last_write": {"ok": write["ok"], "cause": write["cause"], "since": write["since"],
+                           "failures": write["failures"]},
+            "storage": db.storage_figures(settings.data_dir)}
     try:
         db.ensure_connection()
         database.execute_sql("SELECT 1").fetchone()
     except (DatabaseError, InterfaceError):
         db.discard_connection()
         data.update(status="error", db="unavailable")
-        response = jsonify(code=503, message="The database is unavailable.", data=data)
-        response.status_code = 503
-        return response
+        return _unavailable("The database is unavailable.", data)
+    if not write["ok"]:
+        data.update(status="error")
+        return _unavailable(f"Writes are failing: {write['cause']}.", data)
     return jsonify(code=200, data=data)
+
+
+def _unavailable(message: str, data: dict):
+    response = jsonify(code=503, message=message, data=data)
+    response.status_code = 503
+    return response

@@ -3,11 +3,17 @@ service resumes when space returns. SQLite only: a PostgreSQL server's disk is t
 database administrator's (see docs/RELIABILITY.md)."""
 from __future__ import annotations
 
+import json
 import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
 
 import pytest
 
-from conftest import http
+from conftest import ROOT, STARTUP, http
 from invariants import Inspector
 
 from .conftest import SHADOW, fill_disk, json_error, make_crons, plan, send_callback
@@ -61,3 +67,150 @@ def test_a_full_disk_gives_json_503_keeps_the_database_intact_and_recovers(
     figures(tmpfs_bytes=4 * 1024 * 1024, filler_bytes=filled,
             callbacks_answered_on_full_disk=len(answered) - 3, answers_503=2,
             integrity=full["integrity"], runs_after_recovery=after["runs"])
+
+
+# --- a 2 MB data partition, driven to full by task logs --------------------------------------
+
+@pytest.fixture
+def tmpfs_2m():
+    """A 2 MiB tmpfs for the whole data directory (root only); unmounted at teardown."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    path = tempfile.mkdtemp(prefix="qlshadow-2m-")
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m,mode=0755", "tmpfs", path],
+                             capture_output=True, text=True)
+    if mounted.returncode != 0:
+        os.rmdir(path)
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+    yield path
+    if subprocess.run(["umount", path], capture_output=True).returncode != 0:
+        subprocess.run(["umount", "-l", path], capture_output=True)
+    os.rmdir(path)
+
+
+class Service:
+    """`qlshadow serve` over a data dir, its output kept off the full partition."""
+
+    def __init__(self, env: dict, log_path: str):
+        self.env, self.log_path = env, log_path
+        self.process = None
+
+    def start(self) -> "Service":
+        offset = os.path.getsize(self.log_path) if os.path.exists(self.log_path) else 0
+        self._log = open(self.log_path, "ab")
+        self.process = subprocess.Popen([sys.executable, "-m", "qlshadow.cli", "serve"],
+                                        env=self.env, stdout=self._log, stderr=subprocess.STDOUT,
+                                        cwd=ROOT)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            with open(self.log_path, "rb") as fh:
+                fh.seek(offset)
+                match = STARTUP.search(fh.read())
+            if match:
+                self.url = f"http://127.0.0.1:{match.group(1).decode()}"
+                return self
+            assert self.process.poll() is None, self.output()
+            time.sleep(0.05)
+        raise AssertionError(f"the server did not start: {self.output()}")
+
+    def output(self) -> str:
+        with open(self.log_path, "rb") as fh:
+            return fh.read().decode("utf-8", "replace")
+
+    def stop(self) -> None:
+        if self.process and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            self.process.wait(10)
+        self._log.close()
+
+
+def fill_with_task_logs(folder: str) -> int:
+    """Old task logs (as task.sh names them) until the partition is full; returns how many."""
+    os.makedirs(folder, exist_ok=True)
+    chunk, count = b"log line\n" * 7282, 0
+    while True:
+        path = os.path.join(folder, f"2020-01-01-00-{count // 60:02d}-{count % 60:02d}-1.log")
+        with open(path, "wb", buffering=0) as fh:
+            try:
+                fh.write(chunk)
+            except OSError:
+                for size in (4096, 512, 1):  # the last partial block too
+                    while True:
+                        try:
+                            fh.write(chunk[:size])
+                        except OSError:
+                            break
+                return count + 1
+        count += 1
+
+
+@pytest.mark.parametrize("restart", [False, True], ids=["running", "restarted"])
+def test_a_full_data_partition_gives_503_then_prune_recovers_without_a_restart(
+        tmpfs_2m, tmp_path, make_settings, restart, figures):
+    db_url = f"sqlite:///{tmpfs_2m}/qlshadow.db"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("QL_", "QL3_"))}
+    env.update({"QL_DATA_DIR": tmpfs_2m, "QL_DB_URL": db_url, "QL_HOST": "127.0.0.1",
+                "QL_PORT": "0", "QL_SCHEDULER": "node", "QL_CRONTAB_INSTALL": "",
+                "QL_CRONTAB_FILE": str(tmp_path / "crontab.list"),
+                "QL_RETENTION_LOGS_PER_CRON": "2", **SHADOW})
+    subprocess.run([sys.executable, "-m", "qlshadow.cli", "token", "system"], env=env, cwd=ROOT,
+                   check=True, capture_output=True, timeout=60)
+    with open(os.path.join(tmpfs_2m, "token.json")) as fh:
+        token = json.load(fh)["value"]
+    headers = {"Authorization": f"Bearer {token}"}
+    service = Service(env, str(tmp_path / "server.log")).start()
+    try:
+        cron_id = make_crons(service.url, headers, 1)[0]
+        executions = plan([cron_id], 2000)[cron_id]
+        for execution in executions[:3]:
+            for kind in ("running", "idle"):
+                assert send_callback(service.url, token, execution.body(kind))[0] == 200
+        with Inspector(db_url) as inspector:
+            inspector.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # the WAL must grow
+        logs = fill_with_task_logs(os.path.join(tmpfs_2m, "log", "job0"))
+
+        answered, refused = list(executions[:3]), None
+        for execution in executions[3:]:
+            status, raw = send_callback(service.url, token, execution.body("running"))
+            if status != 200:
+                refused = (execution, status, raw)
+                break
+            answered.append(execution)
+        assert refused is not None, "the partition never filled up"
+        execution, status, raw = refused
+        assert (status, json_error(raw)) == (
+            503, {"code": 503, "message": "The database is unavailable; try again shortly."})
+        if restart:
+            service.stop()
+            service.start()
+        assert send_callback(service.url, token, execution.body("running"))[0] == 503
+        status, health = http("GET", service.url + "/health")
+        assert (status, health["message"]) == (503, "Writes are failing: disk full.")
+        assert health["data"]["last_write"]["cause"] == "disk full"
+        with Inspector(db_url) as inspector:
+            assert inspector.integrity() == "ok"
+
+        pruned = subprocess.run([sys.executable, "-m", "qlshadow.cli", "prune"], env=env,
+                                cwd=ROOT, capture_output=True, text=True, timeout=60)
+        assert pruned.returncode == 0, pruned.stderr
+        # All are older than QL_RETENTION_LOG_DAYS (7): only the newest is kept.
+        assert json.loads(pruned.stdout)["log_files"] == logs - 1
+
+        assert send_callback(service.url, token, execution.body("running"))[0] == 200
+        for e in answered[3:] + [execution]:
+            assert send_callback(service.url, token, e.body("idle"))[0] == 200
+        status, health = http("GET", service.url + "/health")
+        assert (status, health["data"]["last_write"]["ok"]) == (200, True)
+    finally:
+        service.stop()
+    output = service.output()
+    assert output.count("writes are failing: disk full") == (2 if restart else 1)
+    assert "cannot rollback" not in output and "Traceback" not in output
+    with Inspector(db_url) as inspector:
+        after = inspector.check(runs_exactly={e.eid for e in answered + [execution]},
+                                open_instances=False,
+                                crons={cron_id: {"status": 1, "pid": execution.pid}})
+    assert after["integrity"] == "ok"
+    figures(tmpfs_bytes=2 * 1024 * 1024, task_logs_filling=logs, restart=restart,
+            callbacks_answered_on_full_disk=len(answered) - 3, runs_after_recovery=after["runs"],
+            health_storage=health["data"]["storage"])

@@ -1,0 +1,329 @@
+"""Retention: old Runs, finished instances, tokens and task logs are deleted (no Flask).
+
+No timers (ADR-0446): retention runs in two places only. prune_on_write() runs inside a
+callback's write transaction, and every PRUNE_EVERY writes deletes at most a small batch;
+prune() is `qlshadow prune`, for an operator or a crontab line, and deletes everything due.
+
+What is deleted (docs/CONTRACT.md "Retention"):
+- a Run accepted and exited more than QL_RETENTION_DAYS ago; an instance that finished
+  more than QL_RETENTION_DAYS ago (exits and finishes by the server's clock);
+- a cron's Runs and instances beyond its newest QL_RETENTION_ROWS_PER_CRON, whatever state;
+- tokens past their expiration (issuing a token also caps the app's tokens, auth.py);
+- a cron's task logs beyond its newest QL_RETENTION_LOGS_PER_CRON files or older than
+  QL_RETENTION_LOG_DAYS; the newest log of a cron is never deleted.
+A Run or instance still running "may still finish": its process may be alive and its finish
+callback may arrive at any time, so age alone never deletes it. Only the row cap does, once
+its cron has recorded that many newer executions (it is then superseded).
+"""
+from __future__ import annotations
+
+import calendar
+import itertools
+import os
+import re
+from dataclasses import dataclass
+
+from .db import prebuilt
+from .models import INSTANCE_RUNNING, database
+
+DAY = 86400
+# Every PRUNE_EVERY callbacks a step deletes at most WRITE_BATCH rows per rule: one row per
+# callback, twice what callbacks add (an execution is two callbacks, one Run and one
+# instance), so the write path keeps up; and a few pages per step, never a long lock.
+PRUNE_EVERY = 64
+WRITE_BATCH = 64
+PRUNE_BATCH = 256   # rows per transaction in `qlshadow prune`: callbacks wait at most that
+LOG_NAME = re.compile(r"(\d{4})-(\d\d)-(\d\d)-(\d\d)-(\d\d)-(\d\d)-\d+\.log")
+
+
+@dataclass(frozen=True)
+class Policy:
+    """The retention settings in force; 0 switches a limit off."""
+    days: int = 0
+    rows_per_cron: int = 0
+    logs_per_cron: int = 0
+    log_days: int = 0
+    log_dir: str = ""
+
+    @property
+    def rows_on(self) -> bool:
+        return bool(self.days or self.rows_per_cron)
+
+    @property
+    def logs_on(self) -> bool:
+        return bool(self.log_dir and (self.logs_per_cron or self.log_days))
+
+
+_policy = Policy()
+_writes = itertools.count(1)  # next() is atomic under the GIL: no lock on the hot path
+# Round-robin cursors of the write path: the cron whose cap is checked next, per table,
+# and the log folder pruned next.
+_cursor = {"runs": 0, "instances": 0, "logs": ""}
+
+
+def configure(settings) -> Policy:
+    """Take the retention settings (once, from the app factory or the CLI)."""
+    global _policy
+    _policy = policy_of(settings)
+    return _policy
+
+
+def policy_of(settings) -> Policy:
+    return Policy(settings.retention_days, settings.retention_rows_per_cron,
+                  settings.retention_logs_per_cron, settings.retention_log_days,
+                  settings.log_dir)
+
+
+def prune_on_write(now: int) -> int:
+    """Every PRUNE_EVERY calls, delete at most a small batch of what is due; returns rows+files.
+
+    Meant to run inside a callback's write transaction: one counter step most of the time;
+    otherwise a few indexed statements touching at most WRITE_BATCH rows per rule, one
+    cron's cap and one cron's log folder.
+    """
+    policy = _policy
+    if next(_writes) % PRUNE_EVERY or not (policy.rows_on or policy.logs_on):
+        return 0
+    deleted = 0
+    if policy.days:
+        cutoff = now - policy.days * DAY
+        deleted += expired_runs(cutoff, WRITE_BATCH) + expired_instances(cutoff, WRITE_BATCH)
+    if policy.rows_per_cron:
+        for table, capped, next_sql, first_sql in _CAPS:
+            cron_id = _next_cron(table, next_sql, first_sql)
+            if cron_id is not None:
+                count = capped(cron_id, policy.rows_per_cron, WRITE_BATCH)
+                deleted += count
+                if count == WRITE_BATCH:
+                    # More is due: stay on this cron, so one busy cron among many quiet
+                    # ones is brought back to its cap instead of growing between visits.
+                    _cursor[table] = cron_id - 1
+    if policy.logs_on:
+        folder = _next_log_folder(policy.log_dir)
+        if folder:
+            deleted += prune_log_folder(folder, policy, now, WRITE_BATCH)[0]
+    return deleted
+
+
+def _next_cron(table: str, next_sql: str, first_sql: str):
+    """The next cron id holding rows in table after the cursor (wrapping); None when empty."""
+    execute = database.obj.execute_sql
+    row = execute(prebuilt(next_sql), (_cursor[table],)).fetchone()
+    if row is None:
+        row = execute(prebuilt(first_sql)).fetchone()
+    _cursor[table] = row[0] if row else 0
+    return row[0] if row else None
+
+
+def _next_log_folder(log_dir: str) -> str:
+    """The next cron log folder after the cursor (wrapping), by name."""
+    try:
+        names = sorted(e.name for e in os.scandir(log_dir) if e.is_dir(follow_symlinks=False))
+    except OSError:
+        return ""
+    if not names:
+        return ""
+    name = next((n for n in names if n > _cursor["logs"]), names[0])
+    _cursor["logs"] = name
+    return os.path.join(log_dir, name)
+
+
+# --- the statements (hand-written: the write path runs them; '?' adapted by prebuilt) ----
+
+_RUN_KEY = '("project_id", "idempotency_key")'
+# Age counts on the server's clock: a Run goes when it both was accepted (router clock, in
+# the execution id) and exited (server clock) before the cutoff, so a task clock that was
+# far behind before NTP never makes a fresh Run look old. Oldest first through
+# shadow_runs_accepted, looking at no more than `limit` exited Runs per statement.
+_EXPIRED_RUNS = (f'DELETE FROM "shadow_runs" WHERE {_RUN_KEY} IN (SELECT "project_id", '
+                 '"idempotency_key" FROM "shadow_runs" WHERE "accepted_at" < ? AND '
+                 '"state" = \'exited\' ORDER BY "accepted_at" LIMIT ?) AND "finished_at" < ?')
+# Ids grow with insertion time, so the oldest finished rows come first by primary key;
+# running rows are skipped (they may still finish) and only those finished before the
+# cutoff among the first `limit` are deleted, so a step reads a bounded number of rows.
+_EXPIRED_INSTANCES = ('DELETE FROM "running_instances" WHERE "id" IN (SELECT "id" FROM '
+                      f'"running_instances" WHERE "status" <> {INSTANCE_RUNNING} ORDER BY "id" '
+                      'LIMIT ?) AND "finished_at" < ?')
+# The newest `cap` rows of a cron end at the cap-th row from the top (shadow_runs_cron,
+# running_instances_cron): everything below it goes, oldest first, a batch at a time.
+_RUN_BOUNDARY = ('SELECT "accepted_at", "id" FROM "shadow_runs" WHERE "cron_id" = ? '
+                 'ORDER BY "accepted_at" DESC, "id" DESC LIMIT 1 OFFSET ?')
+_CAPPED_RUNS = (f'DELETE FROM "shadow_runs" WHERE {_RUN_KEY} IN (SELECT "project_id", '
+                '"idempotency_key" FROM "shadow_runs" WHERE "cron_id" = ? AND '
+                '("accepted_at", "id") < (?, ?) ORDER BY "accepted_at", "id" LIMIT ?)')
+_INSTANCE_BOUNDARY = ('SELECT "id" FROM "running_instances" WHERE "cron_id" = ? '
+                      'ORDER BY "id" DESC LIMIT 1 OFFSET ?')
+_CAPPED_INSTANCES = ('DELETE FROM "running_instances" WHERE "id" IN (SELECT "id" FROM '
+                     '"running_instances" WHERE "cron_id" = ? AND "id" < ? ORDER BY "id" LIMIT ?)')
+_NEXT_RUN_CRON = ('SELECT "cron_id" FROM "shadow_runs" WHERE "cron_id" > ? '
+                  'ORDER BY "cron_id" LIMIT 1')
+_FIRST_RUN_CRON = 'SELECT "cron_id" FROM "shadow_runs" ORDER BY "cron_id" LIMIT 1'
+_NEXT_INSTANCE_CRON = ('SELECT "cron_id" FROM "running_instances" WHERE "cron_id" > ? '
+                       'ORDER BY "cron_id" LIMIT 1')
+_FIRST_INSTANCE_CRON = 'SELECT "cron_id" FROM "running_instances" ORDER BY "cron_id" LIMIT 1'
+
+
+def expired_runs(cutoff: int, limit: int) -> int:
+    """Delete, among the oldest limit exited Runs, those accepted and exited before cutoff."""
+    return database.obj.execute_sql(prebuilt(_EXPIRED_RUNS), (cutoff, limit, cutoff)).rowcount
+
+
+def expired_instances(cutoff: int, limit: int) -> int:
+    """Delete finished instances older than cutoff among the oldest limit finished ones."""
+    return database.obj.execute_sql(prebuilt(_EXPIRED_INSTANCES), (limit, cutoff)).rowcount
+
+
+def capped_runs(cron_id: int, cap: int, limit: int) -> int:
+    """Delete up to limit of a cron's Runs beyond its newest cap; returns how many."""
+    execute = database.obj.execute_sql
+    boundary = execute(prebuilt(_RUN_BOUNDARY), (cron_id, cap - 1)).fetchone()
+    if boundary is None:
+        return 0
+    return execute(prebuilt(_CAPPED_RUNS), (cron_id, *boundary, limit)).rowcount
+
+
+def capped_instances(cron_id: int, cap: int, limit: int) -> int:
+    """Delete up to limit of a cron's instances beyond its newest cap; returns how many."""
+    execute = database.obj.execute_sql
+    boundary = execute(prebuilt(_INSTANCE_BOUNDARY), (cron_id, cap - 1)).fetchone()
+    if boundary is None:
+        return 0
+    return execute(prebuilt(_CAPPED_INSTANCES), (cron_id, boundary[0], limit)).rowcount
+
+
+# The per-cron caps the write path takes turns on: (cursor, delete, next cron, first cron).
+_CAPS = (("runs", capped_runs, _NEXT_RUN_CRON, _FIRST_RUN_CRON),
+         ("instances", capped_instances, _NEXT_INSTANCE_CRON, _FIRST_INSTANCE_CRON))
+
+
+# --- task logs ------------------------------------------------------------------------------
+
+def log_stamp(name: str) -> int | None:
+    """Seconds (UTC reading of the local stamp; only compared) of a task log's file name."""
+    match = LOG_NAME.fullmatch(name)
+    if not match:
+        return None
+    y, mo, d, h, mi, s = (int(g) for g in match.groups())
+    if not (1 <= mo <= 12 and 1 <= d <= 31):
+        return None  # not a stamp task.sh writes: the file is left alone
+    return calendar.timegm((y, mo, d, h, mi, s, 0, 0, 0))
+
+
+def prune_log_folder(folder: str, policy: Policy, now: int, limit: int | None) -> tuple:
+    """Delete a cron's task logs beyond the count or age kept; returns (files, bytes).
+
+    Only files named like task.sh names them are considered, newest first by that name;
+    the newest is always kept (its task may still be writing to it).
+    """
+    try:
+        names = sorted((n for n in os.listdir(folder) if log_stamp(n) is not None), reverse=True)
+    except OSError:
+        return 0, 0
+    cutoff = now - policy.log_days * DAY if policy.log_days else None
+    doomed = []
+    for position, name in enumerate(names[1:], 1):
+        if (policy.logs_per_cron and position >= policy.logs_per_cron) or (
+                cutoff is not None and log_stamp(name) < cutoff):
+            doomed.append(name)
+    files = freed = 0
+    for name in reversed(doomed):  # oldest first, so a bounded step takes the oldest
+        if limit is not None and files >= limit:
+            break
+        path = os.path.join(folder, name)
+        try:
+            size = os.lstat(path).st_size
+            os.unlink(path)
+        except OSError:
+            continue
+        files += 1
+        freed += size
+    return files, freed
+
+
+# --- `qlshadow prune` -----------------------------------------------------------------------
+
+def prune(settings, now: int) -> dict:
+    """Delete everything due now, in short transactions; returns what was deleted.
+
+    Task logs go first: on a full disk they free the space the database needs to delete.
+    Then the WAL is checkpointed and truncated, giving its space back at once.
+    """
+    from .db import checkpoint, connected, write_transaction
+    from .models import Token
+
+    policy = policy_of(settings)
+    done = {"runs": 0, "instances": 0, "tokens": 0, "log_files": 0, "log_bytes": 0}
+    if policy.logs_on and os.path.isdir(policy.log_dir):
+        for entry in sorted(os.scandir(policy.log_dir), key=lambda e: e.name):
+            if entry.is_dir(follow_symlinks=False):
+                files, freed = prune_log_folder(entry.path, policy, now, None)
+                done["log_files"] += files
+                done["log_bytes"] += freed
+
+    def repeat(step) -> int:
+        total = 0
+        while True:
+            with write_transaction():
+                count = step()
+            total += count
+            if count < PRUNE_BATCH:
+                return total
+
+    execute = database.obj.execute_sql
+    with connected():
+        if policy.days:
+            cutoff = now - policy.days * DAY
+            done["runs"] += _expired_runs_all(cutoff)
+            done["instances"] += _expired_instances_all(cutoff)
+        if policy.rows_per_cron:
+            cap = policy.rows_per_cron
+            for (cron_id,) in execute('SELECT DISTINCT "cron_id" FROM "shadow_runs"').fetchall():
+                done["runs"] += repeat(lambda: capped_runs(cron_id, cap, PRUNE_BATCH))
+            for (cron_id,) in execute('SELECT DISTINCT "cron_id" FROM "running_instances"').fetchall():
+                done["instances"] += repeat(lambda: capped_instances(cron_id, cap, PRUNE_BATCH))
+        with write_transaction():
+            done["tokens"] = Token.delete().where(Token.expiration <= now).execute()
+        checkpoint()
+    return done
+
+
+def _expired_runs_all(cutoff: int) -> int:
+    """Every exited Run accepted and exited before cutoff, walking shadow_runs_accepted."""
+    from .db import write_transaction
+    execute = database.obj.execute_sql
+    window = prebuilt('SELECT "accepted_at", "id" FROM "shadow_runs" WHERE "accepted_at" < ? '
+                      'AND ("accepted_at", "id") > (?, ?) ORDER BY "accepted_at", "id" '
+                      'LIMIT 1 OFFSET ?')
+    delete = prebuilt(f'DELETE FROM "shadow_runs" WHERE "accepted_at" < ? AND '
+                      '("accepted_at", "id") > (?, ?) AND ("accepted_at", "id") <= (?, ?) '
+                      'AND "state" = \'exited\' AND "finished_at" < ?')
+    last = prebuilt('SELECT "accepted_at", "id" FROM "shadow_runs" WHERE "accepted_at" < ? '
+                    'ORDER BY "accepted_at" DESC, "id" DESC LIMIT 1')
+    after, total = (-2**62, ""), 0
+    while True:
+        with write_transaction():
+            upto = execute(window, (cutoff, *after, PRUNE_BATCH - 1)).fetchone()
+            if upto is None:
+                upto = execute(last, (cutoff,)).fetchone()
+                if upto is None or tuple(upto) <= after:
+                    return total
+            total += execute(delete, (cutoff, *after, *upto, cutoff)).rowcount
+        after = tuple(upto)
+
+
+def _expired_instances_all(cutoff: int) -> int:
+    """Every finished instance older than cutoff, walking the table by id in batches."""
+    from .db import write_transaction
+    execute = database.obj.execute_sql
+    window = prebuilt('SELECT MAX("id") FROM (SELECT "id" FROM "running_instances" WHERE '
+                      f'"id" > ? AND "status" <> {INSTANCE_RUNNING} ORDER BY "id" LIMIT ?) AS b')
+    delete = prebuilt('DELETE FROM "running_instances" WHERE "id" > ? AND "id" <= ? AND '
+                      f'"status" <> {INSTANCE_RUNNING} AND "finished_at" < ?')
+    after, total = 0, 0
+    while True:
+        with write_transaction():
+            upto = execute(window, (after, PRUNE_BATCH)).fetchone()[0]
+            if upto is None:
+                return total
+            total += execute(delete, (after, upto, cutoff)).rowcount
+        after = upto

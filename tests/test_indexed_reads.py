@@ -1,0 +1,152 @@
+"""Every list and lookup endpoint, and every retention statement of the write path, is
+served by an index: no full table scan, no temporary sort (EXPLAIN on both databases).
+
+The statements are the ones the endpoints really run, recorded while the request is
+served. On PostgreSQL sequential scans and sorts are switched off for the EXPLAIN: the
+planner then still picks one only when no index can serve the query.
+"""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from qlshadow import db, retention
+from conftest import SHADOW_ON, STATUS_PATH
+
+UUID_TAIL = "9d4a-4e6b-8f1a-2c3d4e5f6a7b"
+
+
+@pytest.fixture
+def shadow_env() -> dict:
+    return SHADOW_ON
+
+
+@pytest.fixture
+def recorded(monkeypatch):
+    """A list that collects (sql, params) of every SELECT/DELETE run through Peewee."""
+    statements = []
+    database = db.database.obj
+    original = database.execute_sql
+
+    def record(sql, params=None, *args, **kwargs):
+        if sql.lstrip().upper().startswith(("SELECT", "DELETE")):
+            statements.append((sql, tuple(params or ())))
+        return original(sql, params, *args, **kwargs)
+
+    monkeypatch.setattr(database, "execute_sql", record)
+    return statements
+
+
+@pytest.fixture
+def runs_of_two_crons(client, auth, make_cron):
+    """Two crons with a few exited and running Runs and instances each."""
+    crons = [make_cron(name=n)["id"] for n in ("a", "b")]
+    for n in range(6):
+        for cron_id in crons:
+            body = {"ids": [cron_id], "status": n % 2, "pid": n, "log_path": f"{n}.log",
+                    "last_execution_time": 1700000000 + n, "exit_code": 0,
+                    "execution_id": f"legacy-system:{1700000000 + 60 * n}:{n:08x}-{UUID_TAIL}"}
+            assert client.put(STATUS_PATH, json=body, headers=auth).status_code == 200
+    return crons
+
+
+def plan_lines(sql: str, params: tuple) -> list:
+    """The query plan of one statement, one line per node, on the bound database."""
+    database = db.database.obj
+    if db.is_sqlite(database):
+        rows = database.execute_sql("EXPLAIN QUERY PLAN " + sql, params).fetchall()
+        return [row[-1] for row in rows]
+    database.execute_sql("SET enable_seqscan = off")
+    database.execute_sql("SET enable_sort = off")
+    try:
+        return [row[0] for row in database.execute_sql("EXPLAIN " + sql, params).fetchall()]
+    finally:
+        database.execute_sql("RESET enable_seqscan")
+        database.execute_sql("RESET enable_sort")
+
+
+# A rowid table walked in primary-key order under a LIMIT reads only `limit` rows; SQLite
+# prints that as SCAN too (the failures page, the oldest instances retention looks at).
+ROWID_TABLES = ("shadow_failures", "crons", "running_instances")
+PRIMARY_KEY_WALK = re.compile(r'ORDER BY ("t\d+"\.)?"id"( DESC)? LIMIT')
+
+
+def full_scans_and_sorts(sql: str, params: tuple) -> list:
+    """The plan lines that read a whole table or sort rows outside an index."""
+    bad = []
+    for line in plan_lines(sql, params):
+        text = line.strip()
+        if db.is_sqlite():
+            scan = text.startswith("SCAN ") and " USING " not in text
+            table = text.split()[1] if scan else ""
+            if table == "t1":  # Peewee's alias: the table it names
+                table = re.search(r'FROM "(\w+)" AS "t1"', sql).group(1)
+            if scan and table in ROWID_TABLES and PRIMARY_KEY_WALK.search(sql):
+                continue
+            if scan or "TEMP B-TREE" in text:
+                bad.append(text)
+        elif "Seq Scan" in text or text.lstrip("-> ").startswith(("Sort", "Incremental Sort")):
+            bad.append(text)
+    return bad
+
+
+def served_by_indexes(client, auth, recorded, path: str) -> dict:
+    """{sql: bad plan lines} for the reads that GET path runs (empty lists when all is well)."""
+    del recorded[:]
+    response = client.get(path, headers=auth)
+    assert response.status_code == 200, response.get_json()
+    reads = [(sql, params) for sql, params in recorded if "tokens" not in sql]
+    assert reads, f"{path} ran no statement"
+    return {sql: full_scans_and_sorts(sql, params) for sql, params in reads}
+
+
+ENDPOINTS = [
+    "/open/runs",
+    "/open/runs?cron_id={a}",
+    "/open/runs?state=running",
+    "/open/runs?cron_id={a}&state=exited",
+    "/open/runs?cron_id={a}&before={run}",
+    "/open/runs?before={run}",
+    "/open/runs/{run}",
+    "/open/runs/failures",
+    "/open/runs/failures?before=2",
+    "/open/crons/{a}/instances",
+]
+
+
+@pytest.mark.parametrize("template", ENDPOINTS)
+def test_each_list_and_lookup_endpoint_reads_through_an_index(client, auth, runs_of_two_crons,
+                                                               recorded, template):
+    a, _ = runs_of_two_crons
+    run = client.get(f"/open/runs?cron_id={a}&limit=3", headers=auth).get_json()["data"][-1]["id"]
+    path = template.format(a=a, run=run)
+
+    plans = served_by_indexes(client, auth, recorded, path)
+
+    assert {sql: bad for sql, bad in plans.items() if bad} == {}
+
+
+def test_the_run_lookup_finds_the_run_it_names(client, auth, runs_of_two_crons):
+    listed = client.get("/open/runs", headers=auth).get_json()["data"]
+
+    for run in listed:
+        assert client.get(f"/open/runs/{run['id']}", headers=auth).get_json()["data"] == run
+
+
+def test_the_retention_steps_of_the_write_path_read_through_indexes(app, runs_of_two_crons,
+                                                                     recorded):
+    a, _ = runs_of_two_crons
+    del recorded[:]
+    with db.database.connection_context(), db.write_transaction():
+        retention.expired_runs(1800000000, 16)
+        retention.expired_instances(1800000000, 16)
+        retention.capped_runs(a, 2, 16)
+        retention.capped_instances(a, 2, 16)
+        retention._next_cron("runs", retention._NEXT_RUN_CRON, retention._FIRST_RUN_CRON)
+        retention._next_cron("instances", retention._NEXT_INSTANCE_CRON,
+                             retention._FIRST_INSTANCE_CRON)
+        plans = {sql: full_scans_and_sorts(sql, params) for sql, params in recorded}
+
+    assert len(plans) >= 8
+    assert {sql: bad for sql, bad in plans.items() if bad} == {}

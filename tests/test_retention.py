@@ -1,0 +1,274 @@
+"""Retention on both databases: what the settings promise is deleted, nothing else; running
+Runs and instances survive age; callbacks during `qlshadow prune` all succeed.
+
+Rows are written through the real callback functions with a simulated clock (`now`), so a
+test can make a Run thirty days old without waiting thirty days.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+
+import pytest
+
+from qlshadow import db, retention
+from qlshadow.auth import TOKENS_KEPT_PER_APP, issue_token, system_token
+from qlshadow.legacy import apply_status_callback, parse_status_callback
+from qlshadow.models import App, RunningInstance, ShadowRun, Token
+from qlshadow.shadow.writer import observe
+from conftest import ROOT, SHADOW_ON, cli_env, http, run_cli
+
+DAY = 86400
+NOW = 1_800_000_000
+UUID_TAIL = "9d4a-4e6b-8f1a-2c3d4e5f6a7b"
+
+
+@pytest.fixture
+def shadow_env() -> dict:
+    return SHADOW_ON
+
+
+@pytest.fixture
+def settings(app):
+    return app.extensions["qlshadow"]
+
+
+def callback(cron_id: int, status: int, n: int, accepted: int, now: int) -> None:
+    """One running (0) or idle (1) callback of execution n of a cron, at server time now."""
+    cb = parse_status_callback({
+        "ids": [cron_id], "status": status, "pid": 1000 + n, "log_path": f"{n}.log",
+        "last_execution_time": accepted, "exit_code": 0,
+        "execution_id": f"legacy-system:{accepted}:{n:08x}-{UUID_TAIL}"})
+    with db.connected(), db.write_transaction():
+        observe(cb, apply_status_callback(cb, now), now, 1000)
+
+
+def execution(cron_id: int, n: int, started: int, finished: int | None) -> None:
+    """Execution n: started (and, unless finished is None, finished) at those server times."""
+    callback(cron_id, 0, n, started, started)
+    if finished is not None:
+        callback(cron_id, 1, n, started, finished)
+
+
+def runs() -> dict:
+    """{execution number: state} of every stored Run."""
+    with db.connected():
+        return {int(r.idempotency_key.rsplit(":", 1)[1][:8], 16): r.state
+                for r in ShadowRun.select()}
+
+
+def instances() -> dict:
+    """{execution number: instance status} of every stored instance."""
+    with db.connected():
+        return {r.pid - 1000: r.status for r in RunningInstance.select()}
+
+
+def prune(settings, now: int = NOW, **changes) -> dict:
+    from dataclasses import replace
+    return retention.prune(replace(settings, **changes), now)
+
+
+def test_prune_deletes_runs_and_instances_finished_before_the_retention_days(
+        settings, make_cron):
+    cron = make_cron()["id"]
+    execution(cron, 1, NOW - 40 * DAY, NOW - 40 * DAY + 60)  # old: goes
+    execution(cron, 2, NOW - 31 * DAY, NOW - 31 * DAY + 60)  # old: goes
+    execution(cron, 3, NOW - 29 * DAY, NOW - 29 * DAY + 60)  # within 30 days: stays
+    execution(cron, 4, NOW - DAY, NOW - DAY + 60)
+
+    done = prune(settings, retention_days=30)
+
+    assert (done["runs"], done["instances"]) == (2, 2)
+    assert runs() == {3: "exited", 4: "exited"}
+    assert instances() == {3: 1, 4: 1}
+
+
+def test_a_running_run_and_instance_survive_any_age(settings, make_cron):
+    cron = make_cron()["id"]
+    execution(cron, 1, NOW - 400 * DAY, None)  # still running after 400 days
+    execution(cron, 2, NOW - 40 * DAY, NOW - 40 * DAY + 5)
+
+    prune(settings, retention_days=30)
+
+    assert runs() == {1: "running"}
+    assert instances() == {1: 0}
+
+
+def test_a_run_accepted_long_ago_but_finished_recently_is_kept(settings, make_cron):
+    # A task clock far behind before NTP: the execution id says 2023, the server says now.
+    cron = make_cron()["id"]
+    callback(cron, 0, 1, 1_700_000_000, NOW - 60)
+    callback(cron, 1, 1, 1_700_000_000, NOW)
+
+    prune(settings, retention_days=30)
+
+    assert runs() == {1: "exited"}
+
+
+def test_the_row_cap_keeps_each_crons_newest_rows_whatever_their_state(settings, make_cron):
+    a, b = make_cron(name="a")["id"], make_cron(name="b")["id"]
+    for n in range(1, 7):
+        execution(a, n, NOW - 600 + 60 * n, None if n in (1, 5) else NOW - 590 + 60 * n)
+    execution(b, 10, NOW - 300, NOW - 200)
+
+    done = prune(settings, retention_days=0, retention_rows_per_cron=3)
+
+    # a's newest three stay (5 still running); 1 was superseded by five later executions.
+    assert runs() == {4: "exited", 5: "running", 6: "exited", 10: "exited"}
+    assert sorted(instances()) == [4, 5, 6, 10]
+    assert (done["runs"], done["instances"]) == (3, 3)
+
+
+def test_with_every_limit_off_nothing_is_deleted(settings, make_cron):
+    cron = make_cron()["id"]
+    for n in range(5):
+        execution(cron, n, NOW - 900 * DAY + n, NOW - 900 * DAY + 60)
+
+    done = prune(settings, retention_days=0, retention_rows_per_cron=0)
+
+    assert (done["runs"], done["instances"], len(runs()), len(instances())) == (0, 0, 5, 5)
+
+
+@pytest.mark.parametrize("shadow_env", [{**SHADOW_ON, "QL_RETENTION_ROWS_PER_CRON": "2",
+                                         "QL_RETENTION_DAYS": "0"}])
+def test_the_write_path_deletes_a_small_batch_every_n_callbacks(settings, make_cron):
+    crons = [make_cron(name=f"c{i}")["id"] for i in range(2)]
+    for cron in crons:  # beyond the cap by more than a batch, written with pruning idle
+        for n in range(retention.WRITE_BATCH + 10):
+            execution(cron, 100 * cron + n, NOW - 9000 + 60 * n, NOW - 9000 + 60 * n + 5)
+    retention._writes = iter(range(1, 10**9))  # the counter, restarted at 1
+    before = len(runs())
+
+    for n in range(1, retention.PRUNE_EVERY):
+        assert retention.prune_on_write(NOW) == 0  # between steps: nothing at all
+    with db.connected(), db.write_transaction():
+        deleted = retention.prune_on_write(NOW)
+
+    assert deleted == 2 * retention.WRITE_BATCH  # one cron's runs and one cron's instances
+    assert len(runs()) == before - retention.WRITE_BATCH
+
+
+@pytest.mark.parametrize("shadow_env", [{**SHADOW_ON, "QL_RETENTION_ROWS_PER_CRON": "5"}])
+def test_steady_callbacks_hold_each_cron_near_its_cap(settings, make_cron):
+    cron = make_cron()["id"]
+    for n in range(400):  # each execution is two callbacks: the write path runs twice
+        execution(cron, n, NOW + 60 * n, NOW + 60 * n + 5)
+        retention.prune_on_write(NOW + 60 * n)
+        retention.prune_on_write(NOW + 60 * n)
+
+    kept = runs()
+    assert 5 <= len(kept) <= 5 + retention.PRUNE_EVERY
+    assert max(kept) == 399
+
+
+def test_prune_deletes_expired_tokens_and_keeps_the_system_token(settings):
+    with db.connected(), db.write_transaction():
+        token = system_token(settings.token_file, now=NOW)
+        app_id = App.get(App.name == "system").id
+        Token.insert(token_hash="e" * 64, app=app_id, expiration=NOW - 1).execute()
+
+    done = prune(settings)
+
+    with db.connected():
+        hashes = [t.token_hash for t in Token.select()]
+    assert done["tokens"] == 1
+    assert "e" * 64 not in hashes
+    with open(settings.token_file) as fh:
+        assert json.load(fh) == token
+    assert len(hashes) == 1
+
+
+def test_issuing_tokens_keeps_only_the_newest_per_app(settings):
+    with db.connected(), db.write_transaction():
+        app_id = App.get(App.name == "system").id
+        issued = [issue_token(app_id, NOW + n)[0] for n in range(TOKENS_KEPT_PER_APP + 5)]
+        stored = Token.select().where(Token.app == app_id).count()
+        from qlshadow.auth import token_scopes
+        valid = [token_scopes(value, NOW + 100) is not None for value in issued]
+
+    assert stored == TOKENS_KEPT_PER_APP
+    assert valid == [False] * 5 + [True] * TOKENS_KEPT_PER_APP
+
+
+def test_the_prune_command_prints_what_it_deleted(settings, make_cron):
+    cron = make_cron()["id"]
+    execution(cron, 1, 1_000_000, 1_000_060)  # 1970: long past any retention
+
+    result = run_cli({**cli_env(settings), "QL_RETENTION_DAYS": "30"}, "prune")
+
+    assert json.loads(result.stdout) == {"runs": 1, "instances": 1, "tokens": 0,
+                                         "log_files": 0, "log_bytes": 0}
+    assert runs() == {}
+
+
+@pytest.mark.parametrize("backend", ["sqlite"])
+def test_prune_deletes_task_logs_beyond_the_count_and_age_and_nothing_else(settings):
+    folder = os.path.join(settings.log_dir, "backup")
+    os.makedirs(folder)
+    names = [f"2027-01-{day:02d}-03-00-00-{100 + day}.log" for day in range(1, 11)]
+    for name in names + ["notes.txt"]:
+        with open(os.path.join(folder, name), "w") as fh:
+            fh.write("x" * 10)
+    now = 1_799_020_800  # 2027-01-04 00:00 UTC
+
+    done = prune(settings, now=now, retention_logs_per_cron=4, retention_log_days=2)
+
+    # Kept: the newest 4 by name; none of them is older than 2 days except the newest's
+    # siblings within the count (age cuts 2027-01-01 and -02 as well, already beyond it).
+    assert sorted(os.listdir(folder)) == sorted(names[-4:] + ["notes.txt"])
+    assert (done["log_files"], done["log_bytes"]) == (6, 60)
+
+
+@pytest.mark.parametrize("backend", ["sqlite"])
+def test_the_newest_log_of_a_cron_is_never_deleted_by_age(settings):
+    folder = os.path.join(settings.log_dir, "rare")
+    os.makedirs(folder)
+    for name in ("2020-01-01-00-00-00-1.log", "2020-02-01-00-00-00-2.log"):
+        open(os.path.join(folder, name), "w").close()
+
+    prune(settings, retention_logs_per_cron=0, retention_log_days=7)
+
+    assert os.listdir(folder) == ["2020-02-01-00-00-00-2.log"]
+
+
+def test_callbacks_during_prune_all_succeed(live_server, make_settings):
+    server = live_server(**SHADOW_ON, QL_RETENTION_ROWS_PER_CRON="3", QL_RETENTION_DAYS="0")
+    status, body = http("POST", server.url + "/open/crons",
+                        {"name": "job", "command": "task job.sh", "schedule": "* * * * *"},
+                        server.headers)
+    cron = body["data"]["id"]
+    env = {**cli_env(make_settings()), "QL_RETENTION_ROWS_PER_CRON": "3",
+           "QL_RETENTION_DAYS": "0"}
+    answers, stop = [], threading.Event()
+
+    def send():
+        n = 0
+        while not stop.is_set() or n < 200:
+            for status_code in (0, 1):
+                body = {"ids": [cron], "status": status_code, "pid": n, "log_path": f"{n}.log",
+                        "execution_id": f"legacy-system:{1_800_000_000 + n}:{n:08x}-{UUID_TAIL}"}
+                answers.append(http("PUT", server.url + "/open/crons/status", body,
+                                    server.headers)[0])
+            n += 1
+
+    senders = [threading.Thread(target=send) for _ in range(2)]
+    for thread in senders:
+        thread.start()
+    pruned = []
+    for _ in range(5):
+        full = {k: v for k, v in os.environ.items() if not k.startswith(("QL_", "QL3_"))}
+        result = subprocess.run([sys.executable, "-m", "qlshadow.cli", "prune"],
+                                env={**full, **env}, cwd=ROOT, capture_output=True, text=True,
+                                timeout=60)
+        assert result.returncode == 0, result.stderr
+        pruned.append(json.loads(result.stdout)["runs"])
+    stop.set()
+    for thread in senders:
+        thread.join(120)
+
+    assert len(answers) >= 800
+    assert set(answers) == {200}
+    assert sum(pruned) > 0
