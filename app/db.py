@@ -12,7 +12,7 @@ import threading
 from contextlib import contextmanager
 from urllib.parse import parse_qsl, unquote, urlsplit
 
-from peewee import Database, OperationalError, PostgresqlDatabase, SqliteDatabase
+from peewee import Database, OperationalError, PostgresqlDatabase, SqliteDatabase, Value
 
 from .config import ConfigError
 from .errors import Unavailable
@@ -54,14 +54,48 @@ def make_database(url: str, timeout: float = 5.0) -> Database:
                               **kwargs)
 
 
-def prebuilt(sql: str) -> str:
-    """A hand-written statement with '?' placeholders, in the bound driver's style.
+class _Slot:
+    """Where a value goes in a compiled statement; filled by name on every call."""
+    __slots__ = ("name",)
 
-    The callback's statements are written out once rather than built by Peewee's query
-    objects on every call; only psycopg2 needs '%s' instead of '?'.
+    def __init__(self, name: str):
+        self.name = name
+
+
+def slot(name: str) -> Value:
+    """A named placeholder for a Statement (never converted: it is not a value yet)."""
+    return Value(_Slot(name), converter=False)
+
+
+class Statement:
+    """A hot-path statement built from the models by Peewee once per kind of database.
+
+    Table and column names come from the models, never typed twice; building Peewee query
+    objects on every call was most of a callback's CPU, so the SQL is compiled on first use
+    and then only executed, with its slots filled by name.
     """
-    param = database.obj.param
-    return sql if param == "?" else sql.replace("?", param)
+    __slots__ = ("_build", "_compiled")
+
+    def __init__(self, build):
+        self._build = build  # () -> a Peewee query using slot(name) for every value
+        self._compiled: dict = {}  # database class -> (sql, ((slot name | None, constant), ...))
+
+    def sql(self, db: Database | None = None) -> tuple:
+        """(sql, parameter order) for db (default: the bound database)."""
+        db = db or database.obj
+        compiled = self._compiled.get(type(db))
+        if compiled is None:
+            sql, params = db.get_sql_context().sql(self._build()).query()
+            order = tuple((p.name, None) if isinstance(p, _Slot) else (None, p) for p in params)
+            compiled = self._compiled[type(db)] = (sql, order)
+        return compiled
+
+    def execute(self, values: dict):
+        """Run the statement on this thread's connection; returns the cursor."""
+        db = database.obj
+        sql, order = self._compiled.get(type(db)) or self.sql(db)
+        return db.execute_sql(sql, [values[name] if name is not None else constant
+                                    for name, constant in order])
 
 
 def is_sqlite(db: Database | None = None) -> bool:
