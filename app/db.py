@@ -244,3 +244,9 @@ def write_transaction():
     else:
         with db.atomic():
             yield
+
+
+def run_write(fn, *args):
+    """Run fn(*args) as one write transaction on this thread's connection; returns its result."""
+    with write_transaction():
+        return fn(*args)
