@@ -61,6 +61,8 @@ def _startup_crontab(settings) -> None:
 # (never correctness: every shared structure here is behind a lock or the database), and
 # its cost, more frequent hand-offs, is measured in docs/PERFORMANCE.md.
 SWITCH_INTERVAL = 0.0005
+# SQLite writes on one writer thread (db.start_writer); the bench turns it off to compare.
+WRITER_THREAD = True
 
 
 def cmd_serve(args) -> int:
@@ -73,6 +75,8 @@ def cmd_serve(args) -> int:
     app = create_app(settings)
     # A short GIL switch interval (see SWITCH_INTERVAL): set once, for this process only.
     sys.setswitchinterval(SWITCH_INTERVAL)
+    if WRITER_THREAD:
+        db.start_writer()
     logging.basicConfig(level=logging.INFO, format="qlshadow: %(levelname)s %(name)s: %(message)s")
     # waitress warns "Task queue depth is N" for every queued request: a crond burst would
     # fill a router's log with them.
