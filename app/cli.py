@@ -55,14 +55,29 @@ def _startup_crontab(settings) -> None:
         print(f"qlshadow: warning: crontab not updated: {exc}", file=sys.stderr, flush=True)
 
 
+# Seconds a thread may hold the GIL while another waits for it (Python's default: 0.005).
+# Each SQLite call releases the GIL; when a waitress thread that is parsing a request takes
+# it, the writer waits for the rest of that thread's interval before its next statement.
+# 0.5 ms bounds that wait at a tenth; it changes only when threads are forced to take turns
+# (never correctness: every shared structure here is behind a lock or the database), and
+# its cost, more frequent hand-offs, is measured in docs/PERFORMANCE.md.
+SWITCH_INTERVAL = 0.0005
+# SQLite writes on one writer thread (db.start_writer); the bench turns it off to compare.
+WRITER_THREAD = True
+
+
 def cmd_serve(args) -> int:
     # Flask and waitress load only for serve: the other commands (a task's token refresh
     # among them) start faster and smaller without them.
     from waitress.server import create_server
 
-    from .views import create_app
+    from .views import create_app, fastpath
     settings = _settings(args)
     app = create_app(settings)
+    # A short GIL switch interval (see SWITCH_INTERVAL): set once, for this process only.
+    sys.setswitchinterval(SWITCH_INTERVAL)
+    if WRITER_THREAD:
+        db.start_writer()
     handler = logging.StreamHandler()
     handler.setFormatter(_LogFormat())
     logging.basicConfig(level=logging.INFO, handlers=[handler])
@@ -76,7 +91,7 @@ def cmd_serve(args) -> int:
         reason = getattr(exc, "strerror", None) or str(exc)
         raise CliError(f"QL_HOST={settings.host!r} does not resolve to an address: {reason}") from None
     try:
-        server = create_server(app, host=settings.host, port=settings.port, threads=settings.threads,
+        server = create_server(fastpath.mount(app), host=settings.host, port=settings.port, threads=settings.threads,
                                max_request_body_size=backstop, ident="qlshadow",
                                clear_untrusted_proxy_headers=True)
     except OSError as exc:

@@ -9,13 +9,19 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import queue
 import select
 import threading
 import time
 from contextlib import contextmanager
 from urllib.parse import parse_qsl, unquote, urlsplit
 
-from peewee import Database, OperationalError, PostgresqlDatabase, SqliteDatabase
+from peewee import (Database, DatabaseError, InterfaceError, OperationalError, PostgresqlDatabase,
+                    SqliteDatabase, Value)
+
+from peewee import __exception_wrapper__ as _driver_errors  # driver errors -> peewee's
+from peewee import _savepoint  # Peewee's own savepoint, given a fixed name
+from peewee import logger as _peewee_log
 
 from .config import ConfigError
 from .errors import Unavailable
@@ -82,12 +88,61 @@ def make_database(url: str, timeout: float = 5.0) -> Database:
                               **kwargs)
 
 
-def prebuilt(sql: str) -> str:
-    """A hand-written statement with '?' placeholders, in the bound driver's style.
+class _Slot:
+    """Where a value goes in a compiled statement; filled by name on every call."""
+    __slots__ = ("name",)
 
-    The callback's statements are written out once rather than built by Peewee's query
-    objects on every call; only psycopg2 needs '%s' instead of '?'.
+    def __init__(self, name: str):
+        self.name = name
+
+
+def slot(name: str) -> Value:
+    """A named placeholder for a Statement (never converted: it is not a value yet)."""
+    return Value(_Slot(name), converter=False)
+
+
+class Statement:
+    """A hot-path statement built from the models by Peewee once per kind of database.
+
+    Table and column names come from the models, never typed twice; building Peewee query
+    objects on every call was most of a callback's CPU, so the SQL is compiled on first use
+    and then only executed, with its slots filled by name.
     """
+    __slots__ = ("_build", "_compiled")
+
+    def __init__(self, build):
+        self._build = build  # () -> a Peewee query using slot(name) for every value
+        self._compiled: dict = {}  # database class -> (sql, ((slot name | None, constant), ...))
+
+    def sql(self, db: Database | None = None) -> tuple:
+        """(sql, parameter order) for db (default: the bound database)."""
+        db = db or database.obj
+        compiled = self._compiled.get(type(db))
+        if compiled is None:
+            sql, params = db.get_sql_context().sql(self._build()).query()
+            order = tuple((p.name, None) if isinstance(p, _Slot) else (None, p) for p in params)
+            compiled = self._compiled[type(db)] = (sql, order)
+        return compiled
+
+    def execute(self, values: dict):
+        """Run the statement on this thread's connection; returns the cursor.
+
+        Straight on the driver's cursor (Peewee's execute_sql adds a few microseconds of
+        checks per statement), logged like Peewee's and with its mapping of driver errors, so
+        callers still see peewee.IntegrityError, OperationalError and the rest.
+        """
+        db = database.obj
+        sql, order = self._compiled.get(type(db)) or self.sql(db)
+        params = [values[name] if name is not None else constant for name, constant in order]
+        _peewee_log.debug((sql, params))  # as Peewee logs every statement it runs
+        with _driver_errors:
+            cursor = db._state.conn.cursor()
+            cursor.execute(sql, params)
+        return cursor
+
+
+def prebuilt(sql: str) -> str:
+    """A hand-written statement with '?' placeholders, in the bound driver's style (retention)."""
     param = database.obj.param
     return sql if param == "?" else sql.replace("?", param)
 
@@ -344,3 +399,86 @@ def checkpoint() -> None:
     """Copy the WAL into the database and truncate it to zero bytes (SQLite; `prune`)."""
     if is_sqlite():
         database.obj.execute_sql("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+
+
+def savepoint(name: str):
+    """A savepoint of the current transaction under a fixed name (rolled back on error).
+
+    Peewee's atomic() names each savepoint afresh; a fixed name keeps the SAVEPOINT and
+    RELEASE statements identical, so the driver keeps them prepared.
+    """
+    return _savepoint(database.obj, name)
+
+
+def run_write(fn, *args):
+    """Run fn(*args) as one write transaction and return its result (or raise its error).
+
+    On SQLite under `qlshadow serve` the transaction runs on the writer thread (see
+    start_writer); otherwise on this thread's own connection.
+    """
+    writer = _writer
+    if writer is not None and is_sqlite():
+        return writer.submit(fn, args)
+    with write_transaction():
+        return fn(*args)
+
+
+class _Job:
+    __slots__ = ("fn", "args", "result", "error", "done")
+
+    def __init__(self, fn, args):
+        self.fn, self.args, self.result, self.error = fn, args, None, None
+        self.done = threading.Lock()
+        self.done.acquire()
+
+
+class _Writer:
+    """One thread that owns a SQLite connection and runs submitted write transactions.
+
+    Request threads parse and check a callback, hand its transaction over, and wait for it.
+    SQLite takes one writer at a time anyway; doing every write on one thread spares the
+    GIL hand-offs between waitress threads on each statement (each sqlite3 call releases
+    the GIL), which cost more than the statements. It only runs what a request submitted
+    and waits for: no timer, no polling, nothing of its own. Each job is still one
+    transaction (BEGIN IMMEDIATE under the process lock), so one callback's failure never
+    touches another's, and across processes the database's locks and unique keys decide.
+    """
+
+    def __init__(self):
+        self._jobs = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name="qlshadow-writer", daemon=True)
+        self._thread.start()
+
+    def submit(self, fn, args):
+        job = _Job(fn, args)
+        self._jobs.put(job)
+        job.done.acquire()  # released by the writer when the transaction is over
+        if job.error is not None:
+            error, job.error = job.error, None
+            raise error
+        return job.result
+
+    def _run(self) -> None:
+        jobs = self._jobs
+        while True:
+            job = jobs.get()
+            try:
+                ensure_connection()
+                with write_transaction():
+                    job.result = job.fn(*job.args)
+            except BaseException as exc:  # handed to the request thread, which answers it
+                if isinstance(exc, (DatabaseError, InterfaceError)):
+                    discard_connection()  # this thread's connection: reopened on the next job
+                job.error = exc
+            finally:
+                job.done.release()
+
+
+_writer: _Writer | None = None
+
+
+def start_writer() -> None:
+    """Run SQLite write transactions submitted through run_write on one writer thread."""
+    global _writer
+    if _writer is None:
+        _writer = _Writer()

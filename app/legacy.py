@@ -8,10 +8,12 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from .db import prebuilt
+from peewee import SQL, Case, fn
+
+from .db import Statement, slot
 from .errors import InvalidInput
 from .models import (CRON_IDLE, CRON_RUNNING, INSTANCE_ERROR, INSTANCE_FINISHED,
-                     INSTANCE_RUNNING, Cron, database, storable)
+                     INSTANCE_RUNNING, Cron, RunningInstance, storable)
 from .parse import INT32_MAX, INT32_MIN, INT64_MAX, to_int
 
 STATUS_CODES = {0: 0, 1: 1, 2: 2, 3: 3, "0": 0, "1": 1, "2": 2, "3": 3}
@@ -94,80 +96,86 @@ def parse_status_callback(body) -> StatusCallback:
     )
 
 
-# The callback runs the same few statements every time: they are written out once here
-# instead of being built by Peewee's query objects on every call (that building was most of
-# a callback's CPU time). '?' becomes the driver's placeholder in db.prebuilt().
-_CRON_COLUMNS = tuple(field.column_name for field in Cron._meta.sorted_fields)
-_SELECT_CRON = ("SELECT " + ", ".join(f'"{c}"' for c in _CRON_COLUMNS)
-                + ' FROM "crons" WHERE "id" = ?')
-_cron_updates: dict = {}  # tuple of column names -> UPDATE statement
-_INSERT_INSTANCE = ('INSERT INTO "running_instances" ("cron_id", "pid", "log_path", "started_at", '
-                    f'"status") VALUES (?, ?, ?, ?, {INSTANCE_RUNNING})')
+# The callback's statements are built from the models by Peewee once (db.Statement) and
+# then only executed: building query objects on every call was most of a callback's CPU.
+# Each cron costs two statements: one UPDATE that also returns the definition Shadow needs
+# (RETURNING: no read before the write) and one instance insert or close.
+DEFINITION = (Cron.id, Cron.name, Cron.command, Cron.schedule, Cron.extra_schedules,
+              Cron.task_before, Cron.task_after, Cron.work_dir, Cron.log_name,
+              Cron.allow_multiple_instances)
+DEFINITION_KEYS = tuple(field.name for field in DEFINITION)
+
+
+def _update_cron(idle_with_log: bool):
+    # Rule 3 in SQL: COALESCE keeps the column when the value is not given (None).
+    status, pid, log_path = slot("status"), fn.COALESCE(slot("pid"), Cron.pid), slot("log_path")
+    if idle_with_log:
+        # Rule 2, decided on the stored row in the same statement: an idle callback for
+        # another log file leaves status, pid and log_path as they are.
+        stale = Cron.log_path.is_null() | (Cron.log_path != slot("log_path"))
+        status = Case(None, [(stale, Cron.status)], status)
+        pid = Case(None, [(stale, Cron.pid)], pid)
+        log_path = Case(None, [(stale, Cron.log_path)], log_path)
+    else:
+        log_path = fn.COALESCE(log_path, Cron.log_path)
+    return (Cron.update({
+        Cron.status: status, Cron.pid: pid, Cron.log_path: log_path,
+        Cron.last_execution_time: fn.COALESCE(slot("started"), Cron.last_execution_time),
+        Cron.last_running_time: fn.COALESCE(slot("duration"), Cron.last_running_time)})
+        .where(Cron.id == slot("id")).returning(*DEFINITION))
+
+
+_UPDATE_CRON = Statement(lambda: _update_cron(False))
+_UPDATE_CRON_IDLE_LOG = Statement(lambda: _update_cron(True))
 # The running state is a literal, not a parameter: it is what makes the partial index
 # running_instances_open usable without re-planning the statement on every call.
-_CLOSE_INSTANCES = ('UPDATE "running_instances" SET "finished_at" = ?, "exit_code" = ?, "status" = ? '
-                    f'WHERE "cron_id" = ? AND "pid" = ? AND "status" = {INSTANCE_RUNNING}')
-_CLOSE_INSTANCES_NO_PID = ('UPDATE "running_instances" SET "finished_at" = ?, "exit_code" = ?, '
-                           '"status" = ? WHERE "cron_id" = ? AND "pid" IS NULL '
-                           f'AND "status" = {INSTANCE_RUNNING}')
-
-
-def _update_cron_sql(columns: tuple) -> str:
-    sql = _cron_updates.get(columns)
-    if sql is None:
-        sql = _cron_updates[columns] = (
-            'UPDATE "crons" SET ' + ", ".join(f'"{c}" = ?' for c in columns) + ' WHERE "id" = ?')
-    return sql
+_OPEN = RunningInstance.status == SQL(str(INSTANCE_RUNNING))
+_INSERT_INSTANCE = Statement(lambda: RunningInstance.insert({
+    RunningInstance.cron: slot("id"), RunningInstance.pid: slot("pid"),
+    RunningInstance.log_path: slot("log_path"), RunningInstance.started_at: slot("started"),
+    RunningInstance.status: SQL(str(INSTANCE_RUNNING))}).returning())
+_CLOSE = {"finished_at": slot("now"), "exit_code": slot("exit_code"), "status": slot("status")}
+_CLOSE_INSTANCES = Statement(lambda: RunningInstance.update(_CLOSE).where(
+    (RunningInstance.cron == slot("id")) & (RunningInstance.pid == slot("pid")) & _OPEN))
+_CLOSE_INSTANCES_NO_PID = Statement(lambda: RunningInstance.update(_CLOSE).where(
+    (RunningInstance.cron == slot("id")) & RunningInstance.pid.is_null() & _OPEN))
 
 
 def apply_status_callback(cb: StatusCallback, now: int) -> dict:
     """Apply rules 1-5 for every id inside the caller's transaction.
 
-    Returns {cron_id: cron row as a dict} for the ids that exist (Shadow reads the
-    definition from it, so the cron is read once per callback).
+    Returns {cron_id: the cron's definition as a dict} for the ids that exist (Shadow
+    derives the task revision from it, so the cron is touched once per callback).
     """
-    execute = database.obj.execute_sql
     crons = {}
+    idle = cb.status == CRON_IDLE
+    pid = None if cb.pid is NOT_GIVEN else cb.pid
+    log_path = None if cb.log_path is NOT_GIVEN else cb.log_path
+    started = None if cb.last_execution_time is NOT_GIVEN else cb.last_execution_time
+    duration = cb.last_running_time
+    values = {
+        "status": cb.status, "pid": pid, "log_path": log_path, "started": started,
+        "duration": duration if duration is not NOT_GIVEN and duration > 0 else None,
+    }
+    update = _UPDATE_CRON_IDLE_LOG if idle and log_path is not None else _UPDATE_CRON
+    if cb.status == CRON_RUNNING:  # rule 4
+        instance, instance_values = _INSERT_INSTANCE, {
+            "pid": pid, "log_path": log_path,
+            "started": started if started is not None and started > 0 else now}
+    elif idle:  # rule 5 (whether or not rule 2 held the cron's fields back)
+        exit_code = None if cb.exit_code is NOT_GIVEN else cb.exit_code
+        instance = _CLOSE_INSTANCES_NO_PID if pid is None else _CLOSE_INSTANCES
+        instance_values = {"now": now, "exit_code": exit_code, "pid": pid,
+                           "status": INSTANCE_ERROR if exit_code else INSTANCE_FINISHED}
+    else:
+        instance = None  # disabled and queued neither open nor close an instance
     for cron_id in cb.ids:
-        row = execute(prebuilt(_SELECT_CRON), (cron_id,)).fetchone()
+        values["id"] = cron_id
+        row = update.execute(values).fetchone()
         if row is None:
             continue  # rule 1
-        cron = crons[cron_id] = dict(zip(_CRON_COLUMNS, row))
-        idle = cb.status == CRON_IDLE
-        # rule 2: a late finish of an older run (another log file) must not mark the newer
-        # run idle; duration and start time still apply (rule 3), and rule 5 still closes.
-        stale = idle and cb.log_path is not NOT_GIVEN and cb.log_path != cron["log_path"]
-        columns, values = [], []
-        if not stale:
-            columns.append("status")
-            values.append(cb.status)
-            if cb.pid is not NOT_GIVEN:
-                columns.append("pid")
-                values.append(cb.pid)
-            if cb.log_path is not NOT_GIVEN:
-                columns.append("log_path")
-                values.append(cb.log_path)
-        if cb.last_execution_time is not NOT_GIVEN:
-            columns.append("last_execution_time")
-            values.append(cb.last_execution_time)
-        if cb.last_running_time is not NOT_GIVEN and cb.last_running_time > 0:
-            columns.append("last_running_time")
-            values.append(cb.last_running_time)
-        if columns:
-            values.append(cron_id)
-            execute(prebuilt(_update_cron_sql(tuple(columns))), values)
-
-        pid = None if cb.pid is NOT_GIVEN else cb.pid
-        if cb.status == CRON_RUNNING:  # rule 4
-            started = cb.last_execution_time
-            execute(prebuilt(_INSERT_INSTANCE), (
-                cron_id, pid, None if cb.log_path is NOT_GIVEN else cb.log_path,
-                started if started is not NOT_GIVEN and started > 0 else now))
-        elif idle:  # rule 5
-            exit_code = None if cb.exit_code is NOT_GIVEN else cb.exit_code
-            status = INSTANCE_ERROR if exit_code else INSTANCE_FINISHED
-            if pid is None:
-                execute(prebuilt(_CLOSE_INSTANCES_NO_PID), (now, exit_code, status, cron_id))
-            else:
-                execute(prebuilt(_CLOSE_INSTANCES), (now, exit_code, status, cron_id, pid))
+        crons[cron_id] = dict(zip(DEFINITION_KEYS, row))
+        if instance is not None:
+            instance_values["id"] = cron_id
+            instance.execute(instance_values)
     return crons

@@ -10,9 +10,11 @@ from __future__ import annotations
 import json
 import logging
 
-from ..db import prebuilt
+from peewee import fn
+
+from ..db import Statement, savepoint, slot
 from ..legacy import NOT_GIVEN, StatusCallback
-from ..models import ShadowFailure, database, storable
+from ..models import ShadowFailure, ShadowRun, database, storable
 from .ids import PROJECT_ID, attempt_id, parse_execution_id, revision_doc, run_id, task_revision
 
 log = logging.getLogger("qlshadow.shadow")
@@ -28,14 +30,28 @@ DETAIL_MAX = 500
 # body, and a thousand of those would fill a router's flash, so it is kept truncated.
 REQUEST_ID_MAX = 128
 
+# Task revision per cron definition: a sha256 over the definition's JSON on every callback
+# is wasted work when the definition has not changed. Keyed by the whole definition, so an
+# edited cron is a new key; bounded, and cleared when full (crons are few).
+_REVISIONS_MAX = 512
+_revisions: dict = {}
+
+
 def cron_revision(cron: dict) -> str:
     """Task revision of a cron row as stored (extra_schedules is kept as JSON text)."""
-    extra = cron["extra_schedules"]
-    if extra is not None:
-        extra = json.loads(extra)
-    return task_revision(revision_doc(
-        cron["name"], cron["command"], cron["schedule"], extra, cron["task_before"],
-        cron["task_after"], cron["work_dir"], cron["log_name"], cron["allow_multiple_instances"]))
+    key = (cron["name"], cron["command"], cron["schedule"], cron["extra_schedules"],
+           cron["task_before"], cron["task_after"], cron["work_dir"], cron["log_name"],
+           cron["allow_multiple_instances"])
+    revision = _revisions.get(key)
+    if revision is None:
+        extra = key[3]
+        if extra is not None:
+            extra = json.loads(extra)
+        revision = task_revision(revision_doc(*key[:3], extra, *key[4:]))
+        if len(_revisions) >= _REVISIONS_MAX:
+            _revisions.clear()
+        _revisions[key] = revision
+    return revision
 
 
 def observe(cb: StatusCallback, crons: dict, now: int, failure_cap: int) -> str:
@@ -68,7 +84,9 @@ def observe(cb: StatusCallback, crons: dict, now: int, failure_cap: int) -> str:
         # error outside one). On SQLite it costs two statements but no page writes, and it
         # keeps fail-open true whatever _admit does, not only while each of its paths
         # happens to change one row as its last step.
-        with database.atomic():
+        # A fixed name (Peewee would make a fresh one per call): the same two statements
+        # every time, kept prepared by the driver instead of parsed on each callback.
+        with savepoint("shadow"):
             outcome, drift = _admit(cb, cron, request_id, seconds, now)
     except Exception as exc:  # fail open: not only database errors, any defect here too
         log.warning("Shadow write for %s failed: %s: %s", request_id, type(exc).__name__,
@@ -98,22 +116,22 @@ def _admit(cb: StatusCallback, cron: dict, request_id: str, seconds: int, now: i
     started = cb.last_execution_time
     started = started if started is not NOT_GIVEN and started > 0 else seconds
 
-    execute = database.obj.execute_sql
+    values = {"project_id": PROJECT_ID, "request_id": request_id, "now": now, "pid": pid,
+              "log_path": log_path, "exit_code": exit_code,
+              **{f"expected_{f}": expected[f] for f in REPLAY_FIELDS}}
     if target == "exited":
         # The usual finish: its start made the Run, so one compare-and-set moves it to
         # exited when every replay field matches and it has not exited yet. Anything else
         # (no Run yet, drift, already exited) changes nothing here and is sorted out below.
-        if execute(prebuilt(_FINISH_RUN), (
-                now, exit_code, now, pid, log_path, f" exited@{now}", PROJECT_ID, request_id,
-                *(expected[f] for f in REPLAY_FIELDS))).rowcount:
+        values["event"] = f" exited@{now}"
+        if _FINISH_RUN.execute(values).rowcount:
             return "advanced", ()
     # ON CONFLICT DO NOTHING, not INSERT OR IGNORE: only the key conflict is ignored,
     # a NOT NULL or trigger failure still raises and fails open above.
-    if execute(prebuilt(_INSERT_RUN), (
-            PROJECT_ID, request_id, f"legacy-cron:{cron['id']}", ORIGIN, "legacy:system-crond",
-            "legacy", target, pid, log_path, started, now if target == "exited" else None,
-            exit_code, f"accepted@{now} spawned@{now} {target}@{now}", now,
-            *(expected[f] for f in REPLAY_FIELDS))).rowcount:
+    values.update(task_identity=f"legacy-cron:{cron['id']}", state=target, started=started,
+                  finished_at=now if target == "exited" else None,
+                  events=f"accepted@{now} spawned@{now} {target}@{now}")
+    if _INSERT_RUN.execute(values).rowcount:
         return "created", ()
     stored = _load(request_id)  # it existed, or another transaction inserted it first
 
@@ -124,36 +142,60 @@ def _admit(cb: StatusCallback, cron: dict, request_id: str, seconds: int, now: i
         return "replayed", ()
     # The only forward move from a stored state is running -> exited. The state in the WHERE
     # makes it compare-and-set: if a concurrent writer got there first, nothing changes.
-    changed = execute(prebuilt(_ADVANCE_RUN), (
-        target, now, exit_code, now,
-        stored["pid"] if stored["pid"] is not None else pid,
-        stored["log_path"] if stored["log_path"] is not None else log_path,
-        f"{stored['events']} {target}@{now}", PROJECT_ID, request_id, stored["state"])).rowcount
+    changed = _ADVANCE_RUN.execute({
+        "state": target, "now": now, "exit_code": exit_code,
+        "pid": stored["pid"] if stored["pid"] is not None else pid,
+        "log_path": stored["log_path"] if stored["log_path"] is not None else log_path,
+        "events": f"{stored['events']} {target}@{now}", "project_id": PROJECT_ID,
+        "request_id": request_id, "stored_state": stored["state"]}).rowcount
     return ("advanced" if changed else "replayed"), ()
 
 
-# The writer's statements, written out once (Peewee would build each on every callback).
-_KEY = '"project_id" = ? AND "idempotency_key" = ?'
+# The writer's statements, built from the model by Peewee once (db.Statement) and then
+# only executed: building query objects on every callback was most of its CPU time.
+def _key():
+    return ((ShadowRun.project_id == slot("project_id"))
+            & (ShadowRun.idempotency_key == slot("request_id")))
+
+
 _LOAD_FIELDS = REPLAY_FIELDS + ("state", "pid", "log_path", "events")
-_LOAD_RUN = ("SELECT " + ", ".join(f'"{f}"' for f in _LOAD_FIELDS)
-             + f' FROM "shadow_runs" WHERE {_KEY}')
-_INSERT_FIELDS = ("project_id", "idempotency_key", "task_identity", "trigger_type",
-                  "triggered_by", "execution_owner", "state", "pid", "log_path", "started_at",
-                  "finished_at", "exit_code", "events", "recorded_at") + REPLAY_FIELDS
-_INSERT_RUN = ('INSERT INTO "shadow_runs" (' + ", ".join(f'"{f}"' for f in _INSERT_FIELDS)
-               + ") VALUES (" + ", ".join("?" * len(_INSERT_FIELDS))
-               + ') ON CONFLICT ("project_id", "idempotency_key") DO NOTHING')
-_ADVANCE_RUN = ('UPDATE "shadow_runs" SET "state" = ?, "finished_at" = ?, "exit_code" = ?, '
-                '"recorded_at" = ?, "pid" = ?, "log_path" = ?, "events" = ? '
-                f'WHERE {_KEY} AND "state" = ?')
-_FINISH_RUN = ('UPDATE "shadow_runs" SET "state" = \'exited\', "finished_at" = ?, "exit_code" = ?, '
-               '"recorded_at" = ?, "pid" = COALESCE("pid", ?), "log_path" = COALESCE("log_path", ?), '
-               f'"events" = "events" || ? WHERE {_KEY} AND "state" <> \'exited\' AND '
-               + " AND ".join(f'"{f}" = ?' for f in REPLAY_FIELDS))
+_LOAD_RUN = Statement(lambda: ShadowRun.select(
+    *(getattr(ShadowRun, f) for f in _LOAD_FIELDS)).where(_key()))
+_INSERT_RUN = Statement(lambda: ShadowRun.insert({
+    ShadowRun.project_id: slot("project_id"), ShadowRun.idempotency_key: slot("request_id"),
+    ShadowRun.task_identity: slot("task_identity"), ShadowRun.trigger_type: ORIGIN,
+    ShadowRun.triggered_by: "legacy:system-crond", ShadowRun.execution_owner: "legacy",
+    ShadowRun.state: slot("state"), ShadowRun.pid: slot("pid"),
+    ShadowRun.log_path: slot("log_path"), ShadowRun.started_at: slot("started"),
+    ShadowRun.finished_at: slot("finished_at"), ShadowRun.exit_code: slot("exit_code"),
+    ShadowRun.events: slot("events"), ShadowRun.recorded_at: slot("now"),
+    **{getattr(ShadowRun, f): slot(f"expected_{f}") for f in REPLAY_FIELDS}})
+    .on_conflict(conflict_target=[ShadowRun.project_id, ShadowRun.idempotency_key],
+                 action="NOTHING").returning())
+_ADVANCE_RUN = Statement(lambda: ShadowRun.update({
+    ShadowRun.state: slot("state"), ShadowRun.finished_at: slot("now"),
+    ShadowRun.exit_code: slot("exit_code"), ShadowRun.recorded_at: slot("now"),
+    ShadowRun.pid: slot("pid"), ShadowRun.log_path: slot("log_path"),
+    ShadowRun.events: slot("events")}).where(_key() & (ShadowRun.state == slot("stored_state"))))
+
+
+def _finish_run():
+    where = _key() & (ShadowRun.state != "exited")
+    for f in REPLAY_FIELDS:
+        where &= getattr(ShadowRun, f) == slot(f"expected_{f}")
+    return ShadowRun.update({
+        ShadowRun.state: "exited", ShadowRun.finished_at: slot("now"),
+        ShadowRun.exit_code: slot("exit_code"), ShadowRun.recorded_at: slot("now"),
+        ShadowRun.pid: fn.COALESCE(ShadowRun.pid, slot("pid")),
+        ShadowRun.log_path: fn.COALESCE(ShadowRun.log_path, slot("log_path")),
+        ShadowRun.events: ShadowRun.events.concat(slot("event"))}).where(where)
+
+
+_FINISH_RUN = Statement(_finish_run)
 
 
 def _load(request_id: str) -> dict | None:
-    row = database.obj.execute_sql(prebuilt(_LOAD_RUN), (PROJECT_ID, request_id)).fetchone()
+    row = _LOAD_RUN.execute({"project_id": PROJECT_ID, "request_id": request_id}).fetchone()
     return None if row is None else dict(zip(_LOAD_FIELDS, row))
 
 

@@ -42,45 +42,45 @@ def json_error(status: int, message: str):
     return response
 
 
-def init_app(app) -> None:
-    @app.errorhandler(ApiError)
-    def _api_error(exc: ApiError):
-        return json_error(exc.status, exc.message)
+def answer_for(exc: Exception, max_body: int, writing: bool = True) -> tuple:
+    """(status, message) for an error, with its side effects (log, drop a broken connection).
 
-    @app.errorhandler(QlError)
-    def _core_error(exc: QlError):
-        status = next((code for kind, code in STATUS_OF.items() if isinstance(exc, kind)), 500)
-        return json_error(status, exc.message)
-
-    @app.errorhandler(HTTPException)
-    def _http_error(exc: HTTPException):
+    The one mapping from errors to answers: the Flask handlers below and the callback's
+    fast path (views/fastpath.py) both use it, so both answer every error alike.
+    """
+    if isinstance(exc, ApiError):
+        return exc.status, exc.message
+    if isinstance(exc, QlError):
+        return next((code for kind, code in STATUS_OF.items() if isinstance(exc, kind)), 500), exc.message
+    if isinstance(exc, HTTPException):
         status = exc.code or 500
         if status == 413:
-            return json_error(413, f"The request body is larger than {app.config['MAX_CONTENT_LENGTH']} bytes.")
-        return json_error(status, _HTTP_MESSAGES.get(status, exc.name + "."))
-
-    @app.errorhandler(IntegrityError)
-    def _conflict(exc):
-        return json_error(409, "The change conflicts with existing data.")
-
-    @app.errorhandler(DataError)
-    def _data_error(exc):
-        return json_error(400, "A value is out of range for the database.")
-
-    @app.errorhandler(DatabaseError)
-    @app.errorhandler(InterfaceError)
-    def _db_down(exc):
+            return 413, f"The request body is larger than {max_body} bytes."
+        return status, _HTTP_MESSAGES.get(status, exc.name + ".")
+    if isinstance(exc, IntegrityError):
+        return 409, "The change conflicts with existing data."
+    if isinstance(exc, DataError):
+        return 400, "A value is out of range for the database."
+    if isinstance(exc, (DatabaseError, InterfaceError)):
         # Locked, full, restarting or unreachable: the request wrote nothing (its transaction
         # rolled back); drop the connection so the next request on this thread reconnects.
-        metrics.count_write_error()
-        if request.method in ("GET", "HEAD"):
-            log.warning("database error: %s", db.failure_cause(exc))
-        else:
+        if writing:
+            metrics.count_write_error()
             db.note_write_failed(exc)  # /health reports it; logged once per incident
+        else:
+            log.warning("database error: %s", db.failure_cause(exc))
         db.discard_connection()
-        return json_error(503, "The database is unavailable; try again shortly.")
+        return 503, "The database is unavailable; try again shortly."
+    log.error("unexpected error", exc_info=exc)
+    return 500, "Internal error; the request wrote nothing."
 
-    @app.errorhandler(Exception)
-    def _unexpected(exc):
-        log.exception("unexpected error")
-        return json_error(500, "Internal error; the request wrote nothing.")
+
+def init_app(app) -> None:
+    def answer(exc):
+        writing = request.method not in ("GET", "HEAD")
+        return json_error(*answer_for(exc, app.config["MAX_CONTENT_LENGTH"], writing))
+
+    # Registered per class so that Flask picks the same one answer_for would.
+    for kind in (ApiError, QlError, HTTPException, IntegrityError, DataError, DatabaseError,
+                 InterfaceError, Exception):
+        app.register_error_handler(kind, answer)
