@@ -77,6 +77,8 @@ def cmd_serve(args) -> int:
         import dataclasses
         settings = dataclasses.replace(settings, port=server.effective_port)
         app.extensions["qlshadow"] = settings
+    from .crontab import protect_data_dir
+    protect_data_dir(settings)
     _startup_crontab(settings)
     journal = app.extensions["qlshadow.journal"]
     database = db.describe(db.database.obj) + (f" ({journal})" if journal else "")
@@ -145,6 +147,21 @@ def cmd_token_system(args) -> int:
     return 0 if token else 1
 
 
+def cmd_token_runner(args) -> int:
+    from . import db
+    from .auth import RUNNER_TOKEN_FILE, runner_token
+    settings = _settings(args)
+    database, _ = _open_db(settings)
+    try:
+        with database.connection_context(), db.write_transaction():
+            runner_token(settings.data_dir)
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
+    import os
+    print(os.path.join(settings.data_dir, RUNNER_TOKEN_FILE))
+    return 0
+
+
 def _cron_call(args, fn, *fn_args, sync: bool = False):
     from . import db
     from .errors import ApiError
@@ -182,7 +199,7 @@ def cmd_cron(args) -> int:
     if args.cron_cmd == "add":
         data = {"name": args.name or args.command, "command": args.command,
                 "schedule": args.schedule}
-        _print_json(_cron_call(args, crons.create, data, sync=True))
+        _print_json(_cron_call(args, crons.create, data, _settings(args), sync=True))
     elif args.cron_cmd == "list":
         _print_json(_cron_call(args, crons.listing, 1, 10**6)["data"])
     elif args.cron_cmd == "show":
@@ -207,7 +224,8 @@ def cmd_crontab(args) -> int:
     try:
         print(crontab.sync(settings))
     except crontab.CrontabError as exc:
-        raise CliError(str(exc)) from None
+        # The same words /health shows until an install succeeds.
+        raise CliError(f"crontab {crontab.install_state(settings)}") from None
     return 0
 
 
@@ -268,6 +286,8 @@ def build_parser() -> argparse.ArgumentParser:
     toksub = p.add_subparsers(dest="token_cmd", required=True, metavar="SUBCOMMAND")
     toksub.add_parser("system", help="write a valid system token to $QL_DATA_DIR/token.json (0600)"
                       ).set_defaults(func=cmd_token_system)
+    toksub.add_parser("runner", help="write a callback-only token for task.sh to "
+                      "$QL_DATA_DIR/runner-token.json (0600)").set_defaults(func=cmd_token_runner)
 
     p = sub.add_parser("cron", help="manage crons")
     p.set_defaults(func=cmd_cron)
@@ -305,6 +325,9 @@ def main(argv=None) -> int:
     from peewee import DatabaseError, InterfaceError
 
     from .config import ConfigError
+    import os
+    # Files this process creates (database, WAL, tokens, crontab) are its user's only.
+    os.umask(0o077)
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)

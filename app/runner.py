@@ -3,7 +3,8 @@
 The runner reports through the same Legacy callbacks as a crond run, but it never makes
 an execution_id (no marker), so a manual run is a RunningInstance and never a Shadow Run.
 Its environment comes from the same task_env as a crontab line, so a manual run honours
-the cron's work_dir, task_before and task_after exactly as a crond run does.
+the cron's work_dir, task_before and task_after exactly as a crond run does, and like a
+crond run it carries no database URL and no token: task.sh reads those from the data dir.
 """
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ def run_env(settings, cron: dict) -> dict:
 
 def start_manual(settings, ids: list) -> list:
     """Start one detached task.sh per cron id; 404 (and nothing started) if one is unknown."""
-    from .crontab import CrontabError, shell_dir
+    from .crontab import CrontabError, prepare_runner, shell_dir
     wanted = list(dict.fromkeys(ids))
     rows = _rows(wanted)
     missing = [cron_id for cron_id in wanted if cron_id not in rows]
@@ -44,6 +45,8 @@ def start_manual(settings, ids: list) -> list:
         raise ApiError(404, f"Cron {missing[0]} does not exist.")
     try:
         task = os.path.join(shell_dir(), "task.sh")
+        # The runner token and runner.env that task.sh reads (the same as for crond runs).
+        prepare_runner(settings)
     except CrontabError as exc:
         raise ApiError(500, f"Manual runs are unavailable: {exc}.") from None
     for cron_id in wanted:

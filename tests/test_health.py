@@ -18,7 +18,7 @@ def test_health_answers_ok_with_version_scheduler_and_origins(client):
     assert response.status_code == 200
     assert response.get_json() == {"code": 200, "data": {
         "status": "ok", "db": "ok", "version": __version__, "scheduler": "node",
-        "shadow_origins": []}}
+        "shadow_origins": [], "crontab": "not used: node scheduler"}}
 
 
 @pytest.mark.parametrize("shadow_env", [{"QL3_SHADOW_ORIGINS": "scheduled_system, manual",

@@ -37,10 +37,21 @@ def init_app(app) -> None:
             return  # 404/405 need no database; /health reports on it itself
         db.ensure_connection()
         if path.startswith("/open/") and path not in PUBLIC:
-            _authorize(path.split("/", 3)[2], token_cache)
+            _authorize(_scopes_for(path), token_cache)
 
 
-def _authorize(scope: str, cache: dict) -> None:
+# The status callback also takes the runner's callback-only token (scope "status").
+_CALLBACK_SCOPES = ("crons", "status")
+
+
+def _scopes_for(path: str) -> tuple:
+    """The scopes of which a token needs one for this /open/ path."""
+    if path == "/open/crons/status":
+        return _CALLBACK_SCOPES
+    return (path.split("/", 3)[2],)
+
+
+def _authorize(scopes: tuple, cache: dict) -> None:
     header = request.headers.get("Authorization", "")
     kind, _, token = header.partition(" ")
     if kind.lower() != "bearer" or not token.strip():
@@ -57,8 +68,8 @@ def _authorize(scope: str, cache: dict) -> None:
         if len(cache) >= _TOKEN_CACHE_MAX:
             cache.clear()
         known = cache[digest] = (*found, min(found[1], now + TOKEN_RECHECK))
-    if scope not in known[0]:
-        raise ApiError(403, f"The token's app does not have the '{scope}' scope.")
+    if known[0].isdisjoint(scopes):
+        raise ApiError(403, f"The token's app does not have the '{scopes[0]}' scope.")
 
 
 def query_int(name: str, default: int | None, lo: int, hi: int) -> int | None:

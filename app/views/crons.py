@@ -49,7 +49,7 @@ def instances(cron_id: int):
 def create():
     body = _body()
     with write_transaction():
-        cron = crons.create(body)
+        cron = crons.create(body, current_app.extensions["qlshadow"])
     _changed()
     return ok(cron)
 
@@ -58,7 +58,7 @@ def create():
 def update():
     body = _body()
     with write_transaction():
-        cron = crons.update(body)
+        cron = crons.update(body, current_app.extensions["qlshadow"])
     _changed()
     return ok(cron)
 

@@ -15,6 +15,9 @@ def health():
     settings = current_app.extensions["qlshadow"]
     data = {"status": "ok", "db": "ok", "version": __version__, "scheduler": settings.scheduler,
             "shadow_origins": sorted(settings.shadow_origins)}
+    # Kept in a file next to the crontab until an install succeeds (see crontab.sync).
+    from ..crontab import install_state
+    data["crontab"] = install_state(settings)
     try:
         db.ensure_connection()
         database.execute_sql("SELECT 1").fetchone()
