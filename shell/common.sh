@@ -129,7 +129,9 @@ ql_load_token() {
 ql_bounded() {
   ql_secs=$1
   shift
-  "$@" &
+  # A background command's input is /dev/null unless redirected: keep ours (nc reads the
+  # request from it).
+  { "$@" <&5 5<&- & } 5<&0
   ql_child=$!
   (sleep "$ql_secs" && kill "$ql_child") >/dev/null 2>&1 &
   ql_dog=$!
@@ -198,7 +200,9 @@ ql_post() {
 }
 
 # ql_post_nc JSON: the callback as a plain HTTP/1.0 request through nc, written by the
-# builtin printf (no token in any argv). http:// only.
+# builtin printf (no token in any argv). http:// only. The request goes through a FIFO
+# held open until nc is done: the service drops a request whose sender half-closes the
+# connection, which is what nc does when its input ends.
 ql_post_nc() {
   ql_rest=${ql_url#http://}
   ql_hostport=${ql_rest%%/*}
@@ -209,17 +213,35 @@ ql_post_nc() {
     *:*) ql_host=${ql_hostport%:*}; ql_port=${ql_hostport##*:} ;;
     *) ql_host=$ql_hostport; ql_port=80 ;;
   esac
-  ql_out=$(printf 'POST %s HTTP/1.0\r\nHost: %s\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: %s\r\nConnection: close\r\n\r\n%s' \
-      "$ql_path" "$ql_hostport" "$ql_token" "${#1}" "$1" |
-    ql_timed nc -w "$ql_wait" "$ql_host" "$ql_port" 2>&1)
+  ql_fifo=$ql_data/.callback-$$
+  # A leftover of a killed run with the same pid is removed only when it is in the way.
+  if ! mkfifo -m 600 "$ql_fifo" 2>/dev/null &&
+     ! { rm -f "$ql_fifo" && mkfifo -m 600 "$ql_fifo" 2>/dev/null; }; then
+    ql_post_error="cannot make the FIFO $ql_fifo for nc"
+    return 1
+  fi
+  ql_timed nc -w "$ql_wait" "$ql_host" "$ql_port" < "$ql_fifo" > "$ql_fifo.out" 2>&1 &
+  ql_nc=$!
+  # nc may be gone (connection refused) before the request is written: a write error,
+  # not a SIGPIPE that would end the task.
+  trap '' PIPE
+  exec 4> "$ql_fifo"
+  printf 'POST %s HTTP/1.0\r\nHost: %s\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: %s\r\nConnection: close\r\n\r\n%s' \
+    "$ql_path" "$ql_hostport" "$ql_token" "${#1}" "$1" >&4 2>/dev/null
+  wait "$ql_nc"
   ql_rc=$?
+  exec 4>&-
+  trap - PIPE
+  ql_out=
+  IFS= read -r ql_out < "$ql_fifo.out"
+  rm -f "$ql_fifo" "$ql_fifo.out"
   case $ql_out in
     'HTTP/1.'?' 200 '*) return 0 ;;
     'HTTP/1.'?' '[0123456789][0123456789][0123456789]*)
       ql_code=${ql_out#HTTP/1.? }
       ql_post_error="HTTP ${ql_code%%[!0123456789]*} from $ql_url" ;;
     '') ql_post_error="nc exited $ql_rc (no answer from $ql_url within $ql_wait s)" ;;
-    *) ql_post_error=${ql_out%%"$ql_nl"*} ;;
+    *) ql_post_error=${ql_out%"$ql_cr"} ;;
   esac
   return 1
 }
