@@ -252,6 +252,17 @@ def _write_private(path: str, text: str) -> None:
         raise
 
 
+def _write_if_changed(path: str, text: str) -> None:
+    """Every cron change comes here: rewrite only on a difference (flash wears out)."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            if fh.read() == text and os.stat(path).st_mode & 0o077 == 0:
+                return
+    except OSError:
+        pass
+    _write_private(path, text)
+
+
 def _one_line(key: str, value: str) -> str:
     if "\n" in value or "\r" in value:
         raise CrontabError(f"{key} holds a line break; task runs cannot be configured")
@@ -291,8 +302,8 @@ def prepare_runner(settings) -> None:
     try:
         os.makedirs(data, mode=0o700, exist_ok=True)
         protect_data_dir(settings)
-        _write_private(os.path.join(data, RUNNER_CONF), conf)
-        _write_private(os.path.join(data, RUNNER_ENV), shell_env)
+        for name, text in ((RUNNER_CONF, conf), (RUNNER_ENV, shell_env)):
+            _write_if_changed(os.path.join(data, name), text)
     except OSError as exc:
         raise CrontabError(f"cannot write the task files in {data}: {exc.strerror or exc}") from None
     from peewee import DatabaseError, InterfaceError
