@@ -28,7 +28,7 @@ from conftest import http
 from shellenv import IN_CI, SYSTEM_PATH, busybox_static, runs_of, start_module_server, wait_for
 
 DAYS = "sun mon tue wed thu fri sat".split()
-SETUP_SECONDS = 25  # creating the batch must end before the target minute begins
+SETUP_SECONDS = 30  # creating the batch must end before the target minute begins
 
 # A namespace holder: private spool, no system crontabs, its own /run (cron's pid file).
 NAMESPACE = """set -e
