@@ -23,7 +23,12 @@ TOKEN_LIFETIME = 30 * 24 * 3600
 TOKENS_KEPT_PER_APP = 10
 SYSTEM_APP = "system"
 SYSTEM_SCOPES = ("crons", "runs")
-KNOWN_SCOPES = frozenset({"crons", "runs", "metrics"})
+# The runner app's token is what task.sh sends: it may post status callbacks and nothing
+# else, so a token seen in a process list grants no cron creation and no reads.
+RUNNER_APP = "qlshadow-runner"
+RUNNER_SCOPES = ("status",)
+RUNNER_TOKEN_FILE = "runner-token.json"
+KNOWN_SCOPES = frozenset({"crons", "runs", "status", "metrics"})
 
 
 def sha256_hex(text: str) -> str:
@@ -45,9 +50,13 @@ def create_app_record(name: str, scopes, now: int | None = None) -> tuple:
 
 def ensure_system_app() -> None:
     """The system app exists after db init or the first serve (its secret is never needed)."""
-    if App.select(App.id).where(App.name == SYSTEM_APP).exists():
+    _ensure_app(SYSTEM_APP, SYSTEM_SCOPES)
+
+
+def _ensure_app(name: str, scopes) -> None:
+    if App.select(App.id).where(App.name == name).exists():
         return
-    create_app_record(SYSTEM_APP, SYSTEM_SCOPES)
+    create_app_record(name, scopes)
 
 
 def issue_token(app_id: int, now: int) -> tuple:
@@ -95,18 +104,32 @@ def system_token(token_file: str, now: int | None = None, min_left: int = 24 * 3
     A token in the file is reused only if the database still knows it and it has more
     than min_left seconds to live; otherwise a new one is issued and written (mode 0600).
     """
+    return _app_token(SYSTEM_APP, SYSTEM_SCOPES, token_file, now, min_left)
+
+
+def runner_token(data_dir: str, now: int | None = None, min_left: int = 24 * 3600) -> dict:
+    """Like system_token, for the callback-only runner app, in runner-token.json."""
+    return _app_token(RUNNER_APP, RUNNER_SCOPES, os.path.join(data_dir, RUNNER_TOKEN_FILE),
+                      now, min_left)
+
+
+def _app_token(name: str, scopes, token_file: str, now: int | None, min_left: int) -> dict:
     now = int(now or time.time())
     try:
         with open(token_file, encoding="utf-8") as fh:
             current = json.load(fh)
         value, expiration = current["value"], int(current["expiration"])
         known = token_scopes(value, now)
-        if known and known[1] == expiration and expiration - now > min_left:
+        if (known and known[1] == expiration and known[0] == frozenset(scopes)
+                and expiration - now > min_left):
             return {"value": value, "expiration": expiration}
     except (OSError, ValueError, KeyError, TypeError):
         pass
-    ensure_system_app()
-    app = App.get(App.name == SYSTEM_APP)
+    _ensure_app(name, scopes)
+    app = App.get(App.name == name)
+    if frozenset(app.scopes.split(",")) != frozenset(scopes):
+        raise ValueError(f"the app {name!r} has scopes {app.scopes}, not {','.join(scopes)}; "
+                         "rename or delete it")
     value, expiration = issue_token(app.id, now)
     token = {"value": value, "expiration": expiration}
     _write_private(token_file, json.dumps(token))

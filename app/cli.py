@@ -16,7 +16,8 @@ import sys
 from peewee import DatabaseError, IntegrityError, InterfaceError
 
 from . import config, crons, crontab, db
-from .auth import create_app_record, ensure_system_app, system_token
+from .auth import (RUNNER_TOKEN_FILE, create_app_record, ensure_system_app, runner_token,
+                   system_token)
 from .errors import QlError
 from .runner import start_manual
 from .shadow import reader
@@ -103,6 +104,8 @@ def cmd_serve(args) -> int:
         # Port 0 picks a free port: crontab lines and manual runs must call the real one.
         settings = config.with_port(settings, server.effective_port)
         app.extensions["qlshadow"] = settings
+    from .crontab import protect_data_dir
+    protect_data_dir(settings)
     _startup_crontab(settings)
     journal = app.extensions["qlshadow.journal"]
     database = db.describe(db.database.obj) + (f" ({journal})" if journal else "")
@@ -173,6 +176,14 @@ def cmd_token_system(args) -> int:
     return 0
 
 
+def cmd_token_runner(args) -> int:
+    settings, database = _open(args)
+    with database.connection_context(), db.write_transaction():
+        runner_token(settings.data_dir)
+    print(os.path.join(settings.data_dir, RUNNER_TOKEN_FILE))
+    return 0
+
+
 def _write(args, fn, *fn_args, sync: bool = False):
     """Run fn in one write transaction; with sync, re-render and install the crontab after."""
     settings, database = _open(args)
@@ -205,7 +216,7 @@ def cmd_cron(args) -> int:
     if args.cron_cmd == "add":
         data = {"name": args.name or args.command, "command": args.command,
                 "schedule": args.schedule}
-        _print_json(_write(args, crons.create, data, sync=True))
+        _print_json(_write(args, crons.create, data, _settings(args), sync=True))
     elif args.cron_cmd == "list":
         _print_json(_read(args, crons.listing, 1, 10**6)["data"])
     elif args.cron_cmd == "show":
@@ -232,7 +243,8 @@ def cmd_crontab(args) -> int:
     try:
         print(crontab.sync(settings))
     except crontab.CrontabError as exc:
-        raise CliError(str(exc)) from None
+        # The same words /health shows until an install succeeds.
+        raise CliError(f"crontab {crontab.install_state(settings)}") from None
     return 0
 
 
@@ -378,6 +390,8 @@ def build_parser() -> argparse.ArgumentParser:
     toksub = p.add_subparsers(dest="token_cmd", required=True, metavar="SUBCOMMAND")
     toksub.add_parser("system", help="write a valid system token to $QL_DATA_DIR/token.json (0600)"
                       ).set_defaults(func=cmd_token_system)
+    toksub.add_parser("runner", help="write a callback-only token for task.sh to "
+                      "$QL_DATA_DIR/runner-token.json (0600)").set_defaults(func=cmd_token_runner)
 
     p = sub.add_parser("cron", help="manage crons")
     p.set_defaults(func=cmd_cron)
@@ -428,6 +442,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     """Run the command line; returns the exit status."""
+    # Files this process creates (database, WAL, tokens, crontab) are its user's only.
+    os.umask(0o077)
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)

@@ -88,23 +88,38 @@ def cron_ids(data) -> list:
     return ids
 
 
-def create(data) -> dict:
-    """Insert a cron from a request body; returns it in 2.x JSON."""
+def _fits(settings, cron: dict) -> None:
+    """400 when the cron's crontab line could not be installed (see crontab.check_cron)."""
+    if settings is None:
+        return
+    from .crontab import CronTooLong, check_cron
+    try:
+        check_cron(settings, cron)
+    except CronTooLong as exc:
+        raise InvalidInput(str(exc)) from None
+
+
+def create(data, settings=None) -> dict:
+    """Create a cron; with settings, refuse one whose crontab line cannot be installed."""
     values = validate(data, partial=False)
+    _fits(settings, values)
     now = int(time.time())
     cron_id = Cron.insert(created_at=now, updated_at=now, **values).execute()
     return get(cron_id)
 
 
-def update(data) -> dict:
-    """Change the fields a body names on the cron its 'id' names."""
+def update(data, settings=None) -> dict:
+    """Change a cron; with settings, refuse a change whose crontab line cannot be installed."""
     if not isinstance(data, dict):
         raise InvalidInput("The request body must be a JSON object.")
     cron_id = to_int(data.get("id"), 1, INT64_MAX)
     if cron_id is None:
         raise InvalidInput("'id' must be the positive integer id of the cron to change.")
     values = validate({k: v for k, v in data.items() if k != "id"}, partial=True)
-    get(cron_id)
+    current = Cron.select().where(Cron.id == cron_id).dicts().get_or_none()
+    if current is None:
+        raise NotFound(f"Cron {cron_id} does not exist.")
+    _fits(settings, {**current, **values})
     if values:
         Cron.update(updated_at=int(time.time()), **values).where(Cron.id == cron_id).execute()
     return get(cron_id)

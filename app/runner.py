@@ -3,14 +3,15 @@
 The runner reports through the same Legacy callbacks as a crond run, but it never makes
 an execution_id (no marker), so a manual run is a RunningInstance and never a Shadow Run.
 Its environment comes from the same task_env as a crontab line, so a manual run honours
-the cron's work_dir, task_before and task_after exactly as a crond run does.
+the cron's work_dir, task_before and task_after exactly as a crond run does, and like a
+crond run it carries no database URL and no token: task.sh reads those from the data dir.
 """
 from __future__ import annotations
 
 import os
 import subprocess
 
-from .crontab import CrontabError, shell_dir, task_env
+from .crontab import CrontabError, prepare_runner, shell_dir, task_env
 from .db import connected
 from .errors import NotFound, Unavailable
 from .models import Cron
@@ -43,6 +44,8 @@ def start_manual(settings, ids: list) -> list:
         raise NotFound(f"Cron {missing[0]} does not exist.")
     try:
         task = os.path.join(shell_dir(), "task.sh")
+        # The runner token and runner.env that task.sh reads (the same as for crond runs).
+        prepare_runner(settings)
     except CrontabError as exc:
         raise Unavailable(f"Manual runs are unavailable: {exc}.") from None
     for cron_id in wanted:

@@ -42,12 +42,25 @@ ql_new_uuid() {
   return 1
 }
 
-# ql_note TEXT: one line in the task's log (never on stdout: crond would mail it).
+ql_nl='
+'
+ql_cr=$(printf '\r')
+
+# ql_note TEXT: one line in the task's log (never on stdout: crond would mail it). Line
+# breaks inside TEXT become spaces, so each note is exactly one line.
 ql_note() {
-  printf 'qlshadow: %s\n' "$*" >> "$ql_log" 2>/dev/null
+  ql_line=$*
+  while :; do
+    case $ql_line in
+      *"$ql_nl"*) ql_line="${ql_line%%"$ql_nl"*} ${ql_line#*"$ql_nl"}" ;;
+      *"$ql_cr"*) ql_line="${ql_line%%"$ql_cr"*}${ql_line#*"$ql_cr"}" ;;
+      *) break ;;
+    esac
+  done
+  printf 'qlshadow: %s\n' "$ql_line" >> "$ql_log" 2>/dev/null
 }
 
-# ql_read_token FILE: set ql_token and ql_token_exp from token.json, which the service
+# ql_read_token FILE: set ql_token and ql_token_exp from a token file, which the service
 # writes as one line {"value": "...", "expiration": N}. Returns 1 unless both are sane.
 ql_read_token() {
   ql_token= ql_token_exp= ql_json=
@@ -69,17 +82,38 @@ ql_read_token() {
   return 0
 }
 
-# ql_load_token NOW: a token that is still valid a minute from NOW, refreshed with
-# `qlshadow token system` when token.json is missing, unreadable or (nearly) expired.
+# ql_read_runner_env FILE: ql_base_url, ql_cli and ql_timeout from runner.env, which the
+# service writes as name=value lines (read, never sourced: values are taken verbatim).
+ql_read_runner_env() {
+  [ -r "$1" ] || return 0
+  while IFS= read -r ql_line; do
+    case $ql_line in
+      ql_base_url=*) ql_base_url=${ql_line#*=} ;;
+      ql_cli=*) ql_cli=${ql_line#*=} ;;
+      ql_timeout=*) ql_timeout=${ql_line#*=} ;;
+    esac
+  done < "$1"
+}
+
+# ql_load_token NOW: the runner's callback-only token, still valid a minute from NOW,
+# refreshed with `qlshadow token runner` when the file is missing, unreadable or (nearly)
+# expired. That command finds the database through runner.conf, so the database URL is
+# never in a task's environment.
 ql_load_token() {
-  ql_token_file=$ql_data/token.json
+  ql_token_file=$ql_data/runner-token.json
   if ql_read_token "$ql_token_file" && [ "$ql_token_exp" -gt $(($1 + 60)) ]; then
     return 0
   fi
-  # QL_CLI is a command line written by the service (for example an absolute path to the
+  # ql_cli is a command line written by the service (for example an absolute path to the
   # qlshadow script); eval lets it carry its own quoting.
-  if ! eval "${QL_CLI:-qlshadow} token system" >/dev/null 2>>"$ql_log" </dev/null; then
-    ql_note "token refresh failed (${QL_CLI:-qlshadow} token system)"
+  if ! ql_err=$(
+      if [ -z "${QL_CONFIG:-}" ] && [ -r "$ql_data/runner.conf" ]; then
+        QL_CONFIG=$ql_data/runner.conf
+        export QL_CONFIG
+      fi
+      eval "$ql_cli token runner" 2>&1 >/dev/null </dev/null); then
+    ql_err=${ql_err#qlshadow: }
+    ql_note "token refresh failed ($ql_cli token runner): ${ql_err:-no message}"
   fi
   if ql_read_token "$ql_token_file" && [ "$ql_token_exp" -gt "$1" ]; then
     return 0
@@ -95,7 +129,9 @@ ql_load_token() {
 ql_bounded() {
   ql_secs=$1
   shift
-  "$@" &
+  # A background command's input is /dev/null unless redirected: keep ours (nc reads the
+  # request from it).
+  { "$@" <&5 5<&- & } 5<&0
   ql_child=$!
   (sleep "$ql_secs" && kill "$ql_child") >/dev/null 2>&1 &
   ql_dog=$!
@@ -105,44 +141,107 @@ ql_bounded() {
   return $ql_bounded_rc
 }
 
+# ql_timed COMMAND...: run COMMAND bounded by $ql_wait seconds.
+ql_timed() {
+  if command -v timeout >/dev/null 2>&1; then
+    timeout "$ql_wait" "$@"
+  else
+    ql_bounded "$ql_wait" "$@"
+  fi
+}
+
 # ql_post JSON: send one status callback. Returns 0 when the service answered 200;
-# otherwise sets ql_post_error. One attempt bounded by QL_CALLBACK_TIMEOUT seconds
-# (default 5), never a retry: the task must not wait on the service, and the service
+# otherwise sets ql_post_error to one line. One attempt bounded by the callback timeout
+# (default 5 s), never a retry: the task must not wait on the service, and the service
 # handles a lost callback (the Run is closed by the other one).
+#
+# The token never goes on a command line, where any local user could read it in ps:
+# curl reads the header from its config on stdin; without curl, BusyBox nc gets the whole
+# request from the shell's builtin printf. Only a box with neither curl nor nc sends it
+# through wget's --header (in argv); it is the runner's token, which can post status
+# callbacks and nothing else.
 ql_post() {
-  ql_url=${QL_BASE_URL:-http://127.0.0.1:5600}/open/crons/status
+  ql_url=${ql_base_url:-http://127.0.0.1:5600}/open/crons/status
   ql_post_error=
-  ql_wait=${QL_CALLBACK_TIMEOUT:-5}
+  ql_wait=${ql_timeout:-5}
   case $ql_wait in '' | 0 | *[!0123456789]*) ql_wait=5 ;; esac
   if command -v curl >/dev/null 2>&1; then
-    # The Authorization header goes through curl's config on stdin, not the command
-    # line, where any user could read it in ps.
+    # The status code follows a marker: on a failed connection curl prints its error on
+    # stderr and 000 as the code, and neither belongs in the note as such.
     ql_out=$(printf 'header = "Authorization: Bearer %s"\n' "$ql_token" |
-      curl -sS -K - -o /dev/null -w '%{http_code}' --connect-timeout "$ql_wait" --max-time "$ql_wait" \
-        -X PUT -H 'Content-Type: application/json' --data-binary "$1" "$ql_url" 2>&1)
-    case $ql_out in
+      curl -sS -K - -o /dev/null -w 'ql-http-code:%{http_code}' --connect-timeout "$ql_wait" \
+        --max-time "$ql_wait" -X PUT -H 'Content-Type: application/json' --data-binary "$1" \
+        "$ql_url" 2>&1)
+    ql_code=${ql_out##*ql-http-code:}
+    ql_out=${ql_out%ql-http-code:*}
+    case $ql_code in
       200) return 0 ;;
-      [0123456789][0123456789][0123456789]) ql_post_error="HTTP $ql_out from $ql_url" ;;
-      *) ql_post_error="curl: $ql_out" ;;
+      [123456789][0123456789][0123456789]) ql_post_error="HTTP $ql_code from $ql_url" ;;
+      *) ql_post_error=${ql_out:-curl could not reach $ql_url} ;;
     esac
     return 1
   fi
+  case $ql_url in
+    http://*) command -v nc >/dev/null 2>&1 && { ql_post_nc "$1"; return; } ;;
+  esac
   if command -v wget >/dev/null 2>&1; then
     # BusyBox wget sends only GET and POST (the service takes POST too). Debian's BusyBox
     # 1.35 wget has no -T and crashes when given it, so time is bounded from outside;
     # -t 1 keeps GNU wget from retrying (BusyBox accepts and ignores it).
-    set -- wget -q -t 1 -O /dev/null --header 'Content-Type: application/json' \
-      --header "Authorization: Bearer $ql_token" --post-data "$1" "$ql_url"
-    if command -v timeout >/dev/null 2>&1; then
-      ql_out=$(timeout "$ql_wait" "$@" 2>&1)
-    else
-      ql_out=$(ql_bounded "$ql_wait" "$@" 2>&1)
-    fi
-    ql_wget_rc=$?
-    [ "$ql_wget_rc" -eq 0 ] && return 0
-    ql_post_error="wget exit $ql_wget_rc: $ql_out"
+    ql_out=$(ql_timed wget -q -t 1 -O /dev/null --header 'Content-Type: application/json' \
+      --header "Authorization: Bearer $ql_token" --post-data "$1" "$ql_url" 2>&1)
+    ql_rc=$?
+    [ "$ql_rc" -eq 0 ] && return 0
+    ql_post_error=${ql_out:-wget exited $ql_rc (no answer from $ql_url within $ql_wait s)}
     return 1
   fi
-  ql_post_error="neither curl nor wget is installed"
+  ql_post_error="neither curl nor nc nor wget is installed"
+  return 1
+}
+
+# ql_post_nc JSON: the callback as a plain HTTP/1.0 request through nc, written by the
+# builtin printf (no token in any argv). http:// only. The request goes through a FIFO
+# held open until nc is done: the service drops a request whose sender half-closes the
+# connection, which is what nc does when its input ends.
+ql_post_nc() {
+  ql_rest=${ql_url#http://}
+  ql_hostport=${ql_rest%%/*}
+  ql_path=/${ql_rest#*/}
+  case $ql_hostport in
+    \[*\]:*) ql_host=${ql_hostport%%]*}; ql_host=${ql_host#[}; ql_port=${ql_hostport##*]:} ;;
+    \[*\]) ql_host=${ql_hostport#[}; ql_host=${ql_host%]}; ql_port=80 ;;
+    *:*) ql_host=${ql_hostport%:*}; ql_port=${ql_hostport##*:} ;;
+    *) ql_host=$ql_hostport; ql_port=80 ;;
+  esac
+  ql_fifo=$ql_data/.callback-$$
+  # A leftover of a killed run with the same pid is removed only when it is in the way.
+  if ! mkfifo -m 600 "$ql_fifo" 2>/dev/null &&
+     ! { rm -f "$ql_fifo" && mkfifo -m 600 "$ql_fifo" 2>/dev/null; }; then
+    ql_post_error="cannot make the FIFO $ql_fifo for nc"
+    return 1
+  fi
+  ql_timed nc -w "$ql_wait" "$ql_host" "$ql_port" < "$ql_fifo" > "$ql_fifo.out" 2>&1 &
+  ql_nc=$!
+  # nc may be gone (connection refused) before the request is written: a write error,
+  # not a SIGPIPE that would end the task.
+  trap '' PIPE
+  exec 4> "$ql_fifo"
+  printf 'POST %s HTTP/1.0\r\nHost: %s\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: %s\r\nConnection: close\r\n\r\n%s' \
+    "$ql_path" "$ql_hostport" "$ql_token" "${#1}" "$1" >&4 2>/dev/null
+  wait "$ql_nc"
+  ql_rc=$?
+  exec 4>&-
+  trap - PIPE
+  ql_out=
+  IFS= read -r ql_out < "$ql_fifo.out"
+  rm -f "$ql_fifo" "$ql_fifo.out"
+  case $ql_out in
+    'HTTP/1.'?' 200 '*) return 0 ;;
+    'HTTP/1.'?' '[0123456789][0123456789][0123456789]*)
+      ql_code=${ql_out#HTTP/1.? }
+      ql_post_error="HTTP ${ql_code%%[!0123456789]*} from $ql_url" ;;
+    '') ql_post_error="nc exited $ql_rc (no answer from $ql_url within $ql_wait s)" ;;
+    *) ql_post_error=${ql_out%"$ql_cr"} ;;
+  esac
   return 1
 }

@@ -8,22 +8,23 @@
 # the command's own.
 #
 # Environment (crontab lines written by qlshadow set what they need, because crond gives
-# a task almost nothing):
+# a task almost nothing; nothing secret is on a line):
 #   ID                   the cron id; without it no callback is sent
-#   QL_DATA_DIR          token.json and log/ (default ./data)
-#   QL_BASE_URL          the service (default http://127.0.0.1:5600)
-#   QL_CLI               the qlshadow command line, to refresh the token (default qlshadow)
+#   QL_DATA_DIR          runner-token.json, runner.env, runner.conf and log/ (default ./data)
 #   QL_LOG_NAME          the log folder name (default cron_<ID>)
-#   QL_CALLBACK_TIMEOUT  seconds per callback (default 5)
 #   QL_WORK_DIR          the directory the task runs in: absolute as is, relative under
 #                        QL_DATA_DIR; one that cannot be entered fails the task (exit 1)
 #   QL_TASK_BEFORE       shell text run before the command, in its shell and directory
 #   QL_TASK_AFTER        shell text run after the command, whatever its exit code
-#   QL_ESCAPED=1         the command and the three above are written with printf %b
-#                        escapes (crontab lines cannot hold a newline, and some crons
-#                        turn % into one)
+#   QL_ESCAPED=1         the command, the three above and QL_DATA_DIR are written with
+#                        printf %b escapes (\0ooo): a crontab line cannot hold a line break,
+#                        BusyBox crond cuts it at '#', Vixie cron at '%'
 #   QL_EXECUTION_ORIGIN  =scheduled_system only on active lines of a system-mode crontab:
 #                        only then is an execution_id made, once, for both callbacks
+# From $QL_DATA_DIR/runner.env (written by the service, 0600), unless set in the
+# environment: QL_BASE_URL (default http://127.0.0.1:5600), QL_CLI (the qlshadow command
+# line that refreshes the token; default qlshadow), QL_CALLBACK_TIMEOUT (seconds per
+# callback; default 5).
 #
 # POSIX sh: BusyBox ash, dash and bash run this unchanged.
 
@@ -41,11 +42,15 @@ ql_cmd=$*
 ql_work=${QL_WORK_DIR:-}
 ql_before=${QL_TASK_BEFORE:-}
 ql_after=${QL_TASK_AFTER:-}
+ql_data=${QL_DATA_DIR:-./data}
 if [ "${QL_ESCAPED:-}" = 1 ]; then
-  ql_cmd=$(printf '%b' "$ql_cmd")
-  [ -z "$ql_work" ] || ql_work=$(printf '%b' "$ql_work")
-  [ -z "$ql_before" ] || ql_before=$(printf '%b' "$ql_before")
-  [ -z "$ql_after" ] || ql_after=$(printf '%b' "$ql_after")
+  # The '.' keeps trailing line breaks, which a command substitution would drop.
+  ql_cmd=$(printf '%b.' "$ql_cmd"); ql_cmd=${ql_cmd%.}
+  ql_data=$(printf '%b.' "$ql_data"); ql_data=${ql_data%.}
+  [ -z "$ql_work" ] || { ql_work=$(printf '%b.' "$ql_work"); ql_work=${ql_work%.}; }
+  [ -z "$ql_before" ] || { ql_before=$(printf '%b.' "$ql_before"); ql_before=${ql_before%.}; }
+  [ -z "$ql_after" ] || { ql_after=$(printf '%b.' "$ql_after"); ql_after=${ql_after%.}; }
+  QL_DATA_DIR=$ql_data
 fi
 # Consumed here, like the marker below: a task.sh that the command starts must not run
 # this cron's hooks again.
@@ -68,7 +73,6 @@ fi
 ql_id=${ID:-}
 case $ql_id in '' | 0* | *[!0123456789]*) ql_id= ;; esac
 
-ql_data=${QL_DATA_DIR:-./data}
 # Absolute, so that the log and a relative work_dir still resolve after the task's cd.
 case $ql_data in /*) ;; *) ql_data=$PWD/$ql_data ;; esac
 case $ql_work in '' | /*) ;; *) ql_work=$ql_data/$ql_work ;; esac
@@ -78,10 +82,19 @@ case $ql_name in
 esac
 ql_rel=$ql_name/${ql_stamp#* }-$$.log
 ql_log=$ql_data/log/$ql_rel
-[ -d "$ql_data/log/$ql_name" ] || mkdir -p "$ql_data/log/$ql_name" 2>/dev/null
-if ! : >> "$ql_log" 2>/dev/null; then
+# Logs are for the service's user only (commands print secrets); the umask is set in a
+# subshell so that files the command creates keep the user's own.
+if ! (umask 077
+      [ -d "$ql_data/log/$ql_name" ] || mkdir -p "$ql_data/log/$ql_name" 2>/dev/null
+      : >> "$ql_log") 2>/dev/null; then
   ql_log=/dev/null
 fi
+
+ql_base_url= ql_cli= ql_timeout=
+ql_read_runner_env "$ql_data/runner.env"
+ql_base_url=${QL_BASE_URL:-${ql_base_url:-http://127.0.0.1:5600}}
+ql_cli=${QL_CLI:-${ql_cli:-qlshadow}}
+ql_timeout=${QL_CALLBACK_TIMEOUT:-$ql_timeout}
 
 ql_send() {
   [ -n "$ql_id" ] || return 0
@@ -106,7 +119,7 @@ ql_send running "{\"ids\":[$ql_id],\"status\":0,\"pid\":$$,\"log_path\":\"$ql_re
 # a nested subshell when task_after follows, so that neither its `exit` nor task_after's
 # can change the code reported, which is always the command's.
 (
-  unset ql_token ql_json
+  unset ql_token ql_json ql_out
   if [ -n "$ql_work" ] && ! cd "$ql_work" 2>/dev/null; then
     ql_note "work_dir $ql_work cannot be entered (missing, not a directory or not permitted): the task did not run"
     exit 1

@@ -163,9 +163,9 @@ def task_env(server, data_dir: str, cron_id: int | None, tools: ToolDir, marker:
 
 
 def write_token(data_dir: str, value: str, expiration: int) -> str:
-    """token.json as `qlshadow token system` writes it."""
+    """runner-token.json as `qlshadow token runner` writes it (what task.sh reads)."""
     os.makedirs(data_dir, exist_ok=True)
-    path = os.path.join(data_dir, "token.json")
+    path = os.path.join(data_dir, "runner-token.json")
     with open(path, "w") as fh:
         fh.write(json.dumps({"value": value, "expiration": expiration}) + "\n")
     return path

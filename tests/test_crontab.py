@@ -111,7 +111,8 @@ def test_rendering_twice_gives_identical_bytes(settings, make_cron):
 
 # --- what a line holds -------------------------------------------------------------------
 
-def test_a_line_names_everything_by_absolute_path(make_settings, make_cron, tmp_path, monkeypatch):
+def test_a_line_names_the_data_dir_by_absolute_path_and_nothing_else_of_the_service(
+        make_settings, make_cron, tmp_path, monkeypatch):
     make_cron()
     monkeypatch.chdir(tmp_path)
     settings = make_settings(QL_SCHEDULER="system", QL_DATA_DIR="./rel-data",
@@ -119,9 +120,20 @@ def test_a_line_names_everything_by_absolute_path(make_settings, make_cron, tmp_
     words = dict(word.split("=", 1) for word in shlex.split(only_line(settings))[5:]
                  if "=" in word and not word.startswith("/"))
     assert words["QL_DATA_DIR"] == str(tmp_path / "rel-data")
-    assert words["QL_BASE_URL"] == "http://127.0.0.1:5611"
-    assert os.path.isabs(shlex.split(words["QL_CLI"])[0])
-    assert os.access(shlex.split(words["QL_CLI"])[0], os.X_OK)
+    assert not {"QL_BASE_URL", "QL_CLI", "QL_DB_URL", "QL_CONFIG"} & set(words)
+
+
+def test_the_service_url_and_command_are_in_runner_env_readable_by_the_service_only(
+        make_settings, make_cron, tmp_path, monkeypatch):
+    make_cron()
+    settings = make_settings(QL_SCHEDULER="system", QL_HOST="0.0.0.0", QL_PORT="5611")
+    with db.database.connection_context():
+        crontab.sync(settings)
+    path = os.path.join(settings.data_dir, "runner.env")
+    values = dict(line.split("=", 1) for line in read(path).splitlines())
+    assert values["ql_base_url"] == "http://127.0.0.1:5611"
+    assert os.access(shlex.split(values["ql_cli"])[0], os.X_OK)
+    assert os.stat(path).st_mode & 0o777 == 0o600
 
 
 def test_a_command_with_percent_or_newline_stays_on_one_escaped_line(settings, make_cron):
@@ -134,6 +146,7 @@ def test_a_command_with_percent_or_newline_stays_on_one_escaped_line(settings, m
 def test_a_command_is_quoted_as_one_shell_word(settings, make_cron):
     make_cron(command="echo 'it''s' \"$HOME\"; exit 3")
     assert shlex.split(only_line(settings))[-1] == "echo 'it''s' \"$HOME\"; exit 3"
+    assert "QL_ESCAPED" not in only_line(settings)
 
 
 # --- writing and installing --------------------------------------------------------------

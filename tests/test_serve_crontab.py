@@ -25,9 +25,12 @@ def test_a_restart_reinstalls_the_crontab_it_already_owns(live_server, tmp_path)
                      body={"name": "b", "command": "true", "schedule": "*/5 * * * *"})
     assert status == 200
     installed = tmp_path / "installed.list"
+    # The URL tasks call is in runner.env, next to the token, not on the line.
+    runner_env = tmp_path / "data" / "runner.env"
     first = installed.read_text()
-    assert f"127.0.0.1:{server.port}" in first
+    assert f"ql_base_url=http://127.0.0.1:{server.port}\n" in runner_env.read_text()
     os.unlink(installed)
     server.stop()
     again = live_server(**env)
-    assert f"127.0.0.1:{again.port}" in installed.read_text()
+    assert installed.read_text() == first
+    assert f"ql_base_url=http://127.0.0.1:{again.port}\n" in runner_env.read_text()

@@ -40,10 +40,11 @@ def shell(request) -> str:
 
 @pytest.fixture
 def data_dir(tmp_path, server) -> str:
-    """The task's own data dir, holding a copy of the server's valid token."""
+    """The task's own data dir, holding a valid runner token from the server's database."""
+    from conftest import run_cli
     path = str(tmp_path / "data")
     os.makedirs(path)
-    shutil.copy(os.path.join(server.data_dir, "token.json"), os.path.join(path, "token.json"))
+    run_cli({"QL_DATA_DIR": path, "QL_DB_URL": server.db_url}, "token", "runner")
     return path
 
 
@@ -291,7 +292,7 @@ def test_a_server_that_never_answers_does_not_hold_the_task(offline_dir, tmp_pat
 @pytest.mark.parametrize("state", ["expired", "missing"])
 def test_an_expired_or_missing_token_is_refreshed_before_the_callbacks(
         shell, server, data_dir, tools, state):
-    token_file = os.path.join(data_dir, "token.json")
+    token_file = os.path.join(data_dir, "runner-token.json")
     if state == "expired":
         write_token(data_dir, server.token, int(time.time()) - 10)
     else:

@@ -66,11 +66,12 @@ def test_the_legacy_cron_ends_idle_with_the_commands_duration(server, make_setti
 def test_a_crontab_line_fetches_a_missing_token_under_the_bare_environment(
         server, make_settings):
     settings = make_settings()
-    os.unlink(settings.token_file)
     cron = add_cron(server, "exit 0")
+    runner_token = os.path.join(settings.data_dir, "runner-token.json")
+    os.unlink(runner_token)
     (command,) = active_commands(settings.data_dir)
     run_like_crond(command)
-    assert os.path.exists(settings.token_file)
+    assert os.path.exists(runner_token)
     assert runs_of(server, cron["id"])[0]["state"] == "exited"
 
 

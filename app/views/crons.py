@@ -54,7 +54,7 @@ def instances(cron_id: int):
 def create():
     body = _body()
     with write_transaction():
-        cron = crons.create(body)
+        cron = crons.create(body, current_app.extensions["qlshadow"])
     _changed()
     return ok(cron)
 
@@ -64,7 +64,7 @@ def create():
 def update():
     body = _body()
     with write_transaction():
-        cron = crons.update(body)
+        cron = crons.update(body, current_app.extensions["qlshadow"])
     _changed()
     return ok(cron)
 

@@ -9,6 +9,7 @@ from flask import Blueprint, current_app, jsonify
 from peewee import DatabaseError, InterfaceError
 
 from .. import __version__, db
+from ..crontab import install_state
 from ..models import database
 
 bp = Blueprint("health", __name__)
@@ -22,7 +23,8 @@ def health():
             "shadow_origins": sorted(settings.shadow_origins),
             "last_write": {"ok": write["ok"], "cause": write["cause"], "since": write["since"],
                            "failures": write["failures"]},
-            "storage": db.storage_figures(settings.data_dir)}
+            "storage": db.storage_figures(settings.data_dir),
+            "crontab": install_state(settings)}
     try:
         db.ensure_connection()
         database.execute_sql("SELECT 1").fetchone()
