@@ -242,7 +242,7 @@ def cmd_crontab(args) -> int:
         return 0
     try:
         print(crontab.sync(settings))
-    except crontab.CrontabError as exc:
+    except crontab.CrontabError:
         # The same words /health shows until an install succeeds.
         raise CliError(f"crontab {crontab.install_state(settings)}") from None
     return 0

@@ -294,7 +294,7 @@ def _expired_runs_all(cutoff: int) -> int:
     window = prebuilt('SELECT "accepted_at", "id" FROM "shadow_runs" WHERE "accepted_at" < ? '
                       'AND ("accepted_at", "id") > (?, ?) ORDER BY "accepted_at", "id" '
                       'LIMIT 1 OFFSET ?')
-    delete = prebuilt(f'DELETE FROM "shadow_runs" WHERE "accepted_at" < ? AND '
+    delete = prebuilt('DELETE FROM "shadow_runs" WHERE "accepted_at" < ? AND '
                       '("accepted_at", "id") > (?, ?) AND ("accepted_at", "id") <= (?, ?) '
                       'AND "state" = \'exited\' AND "finished_at" < ?')
     last = prebuilt('SELECT "accepted_at", "id" FROM "shadow_runs" WHERE "accepted_at" < ? '

@@ -9,7 +9,6 @@ import json
 import os
 import re
 import shlex
-import shutil
 import socket
 import subprocess
 import time
