@@ -342,24 +342,11 @@ def _note_state(settings, problem: str | None) -> None:
 
 
 def write(settings, text: str) -> str:
-    """Replace the crontab file atomically (temp file + rename in its directory)."""
+    """Replace the crontab file atomically (temp file + rename), 0600: its lines carry the
+    user's commands, which often hold secrets."""
     path = os.path.abspath(settings.crontab_file)
-    directory = os.path.dirname(path)
     try:
-        os.makedirs(directory, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=directory, prefix=".crontab.")
-        try:
-            # 0600: a line carries the user's commands, which often hold secrets.
-            os.fchmod(fd, 0o600)
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                fh.write(text)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
+        _write_private(path, text)
     except OSError as exc:
         raise CrontabError(f"cannot write the crontab {path}: {exc.strerror or exc}") from None
     return path
