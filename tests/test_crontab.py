@@ -10,7 +10,7 @@ import pytest
 
 from qlshadow import crontab, db
 from conftest import cli_env, run_cli
-from shellenv import TASK, busybox_static
+from shellenv import busybox_static
 
 MARKER = "QL_EXECUTION_ORIGIN=scheduled_system"
 
@@ -53,7 +53,9 @@ def test_an_enabled_five_field_cron_is_an_active_line_with_the_marker(settings, 
     cron = make_cron(schedule="*/5 * * * *", command="task backup.sh")
     line = only_line(settings)
     assert line.startswith(f"*/5 * * * * ID={cron['id']} {MARKER} ")
-    assert line.endswith(f"{TASK} 'task backup.sh'")
+    # An installed package renders its own copy of task.sh, a source checkout the tree's.
+    task = os.path.join(crontab.shell_dir(), "task.sh")
+    assert line.endswith(f"{task} 'task backup.sh'")
 
 
 def test_a_disabled_cron_is_a_comment_without_the_marker(settings, make_cron, client, auth):
