@@ -63,7 +63,9 @@ def _startup_crontab(settings) -> None:
 # (never correctness: every shared structure here is behind a lock or the database), and
 # its cost, more frequent hand-offs, is measured in docs/PERFORMANCE.md.
 SWITCH_INTERVAL = 0.0005
-# SQLite writes on one writer thread (db.start_writer); the bench turns it off to compare.
+# With more than one request thread on SQLite, writes run on one writer thread
+# (db.start_writer); with one (the SQLite default) they run inline, which saves two thread
+# hand-offs per callback. The bench turns the writer off to compare.
 WRITER_THREAD = True
 
 
@@ -77,7 +79,7 @@ def cmd_serve(args) -> int:
     app = create_app(settings)
     # A short GIL switch interval (see SWITCH_INTERVAL): set once, for this process only.
     sys.setswitchinterval(SWITCH_INTERVAL)
-    if WRITER_THREAD:
+    if WRITER_THREAD and settings.threads > 1 and db.is_sqlite():
         db.start_writer()
     handler = logging.StreamHandler()
     handler.setFormatter(_LogFormat())
@@ -111,7 +113,8 @@ def cmd_serve(args) -> int:
     database = db.describe(db.database.obj) + (f" ({journal})" if journal else "")
     origins = ",".join(sorted(settings.shadow_origins)) or "off"
     print(f"qlshadow serving http://{settings.host}:{server.effective_port} database={database} "
-          f"scheduler={settings.scheduler} shadow_origins={origins}", flush=True)
+          f"scheduler={settings.scheduler} shadow_origins={origins} threads={settings.threads}",
+          flush=True)
     if journal and journal != "wal":
         print(f"qlshadow: warning: SQLite journal mode is {journal}, not wal "
               "(the filesystem refused WAL)", file=sys.stderr, flush=True)

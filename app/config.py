@@ -37,7 +37,7 @@ class Settings:
     db_url: str = "sqlite:///./data/qlshadow.db"
     host: str = "127.0.0.1"
     port: int = 5600
-    threads: int = 4
+    threads: int = 1  # SQLite's default; PostgreSQL's is 4 (see load)
     scheduler: str = "node"
     crontab_file: str = "./data/crontab.list"
     crontab_install: str = "crontab {file}"
@@ -216,7 +216,7 @@ def load(environ: Mapping[str, str] | None = None, config_file: str | None = Non
         db_url=db_url,
         host=host,
         port=port,
-        threads=_int("QL_THREADS", merged.get("QL_THREADS", "4"), 1, 64),
+        threads=_int("QL_THREADS", merged.get("QL_THREADS", default_threads(db_url)), 1, 64),
         scheduler=scheduler or _detect_scheduler(),
         crontab_file=merged.get("QL_CRONTAB_FILE", "").strip() or os.path.join(data_dir, "crontab.list"),
         crontab_install=merged.get("QL_CRONTAB_INSTALL", "crontab {file}"),
@@ -235,6 +235,16 @@ def load(environ: Mapping[str, str] | None = None, config_file: str | None = Non
         config_file=path,
         file_keys=frozenset(file_values.keys() - from_env.keys()),
     )
+
+
+def default_threads(db_url: str) -> str:
+    """QL_THREADS when unset: 1 on SQLite, 4 on PostgreSQL (docs/PERFORMANCE.md measures why).
+
+    SQLite takes one writer at a time, so more request threads only contend for the GIL
+    (each one costs thread switches on every statement); a PostgreSQL statement waits on a
+    round trip, which other threads can use.
+    """
+    return "1" if db_url.startswith("sqlite:") else "4"
 
 
 def with_port(settings: Settings, port: int) -> Settings:

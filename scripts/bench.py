@@ -4,8 +4,8 @@
 Starts its own servers (each in its own process, on a free loopback port, with a fresh
 database in a temp dir) and drives them with the same crond-shaped load:
 
-  floor       a minimal Flask + waitress app (same imports, threads and route) that
-              answers {"code":200} without a database
+  floor       a minimal Flask + waitress app (same imports and route, waitress's default
+              4 threads) that answers {"code":200} without a database
   sqlite_off  the product on SQLite, Shadow off
   sqlite_on   the product on SQLite, Shadow on (QL3_SHADOW_ORIGINS=scheduled_system)
   pg_off/pg_on the same on PostgreSQL, when --pg-url is reachable
@@ -141,19 +141,69 @@ after = write_bytes()
 print(after - before)
 '''
 
-# Earlier designs, for the table of designs in docs/PERFORMANCE.md: `qlshadow serve` with
-# the callback on the Flask route (no fast path) and/or Python's default switch interval.
+# waitress's own default, and the floor's best: its 1-thread figure is far lower (its main
+# loop polls a busy channel while the one worker finishes a Flask response).
+FLOOR_THREADS = 4
+
+# Other designs, for the table of designs in docs/PERFORMANCE.md: `qlshadow serve` with the
+# callback on the Flask route (no fast path), another switch interval, the writer thread
+# off, or the metrics counters replaced by no-ops. The thread count comes from QL_THREADS.
 VARIANT_SOURCE = r'''
-import sys
-from qlshadow import cli
-from qlshadow.views import fastpath
-mode, interval, writer = sys.argv[1], sys.argv[2], sys.argv[3]
+import os, sys
+from qlshadow import cli, db, metrics
+from qlshadow.views import callback, fastpath
+mode, interval, writer, counters = sys.argv[1:5]
 if mode == "flask":
     fastpath.mount = lambda app: app
+if counters == "nometrics":
+    metrics.count_callback = metrics.count_shadow = lambda name: None
+# Knobs of --design-space only (never product settings): SQLite pragmas, no retention step.
+pragmas = dict(db.SQLITE_PRAGMAS)
+for key in ("wal_autocheckpoint", "synchronous"):
+    if os.environ.get("BENCH_" + key.upper()):
+        pragmas[key] = os.environ["BENCH_" + key.upper()]
+db.SQLITE_PRAGMAS = tuple(pragmas.items())
+if os.environ.get("BENCH_NO_RETENTION"):
+    callback.prune_on_write = lambda now: 0
 cli.SWITCH_INTERVAL = float(interval)
 cli.WRITER_THREAD = writer == "writer"
+if writer == "always":  # the writer thread even with one request thread (serve would not)
+    db.start_writer()
 sys.exit(cli.main(["serve"]))
 '''
+
+# The metrics counters a callback bumps (one answer, one Shadow outcome), timed in a loop.
+COUNTERS_SOURCE = r'''
+import time
+from qlshadow import metrics
+n = 200000
+t = time.process_time()
+for _ in range(n):
+    metrics.count_callback("ok")
+    metrics.count_shadow("created")
+print((time.process_time() - t) / n * 1e6)
+'''
+
+# name, route, switch interval, writer thread (when threads > 1), counters, QL_THREADS
+VARIANTS = (
+    ("on_flask_4t_5ms", "flask", "0.005", "inline", "metrics", 4),  # before issue 13
+    ("on_fast_4t_writer", "fast", "0.0005", "writer", "metrics", 4),  # shipped before
+    ("on_fast_4t_inline", "fast", "0.0005", "inline", "metrics", 4),
+    ("on_fast_1t_5ms", "fast", "0.005", "inline", "metrics", 1),
+    ("on_nometrics", "fast", "0.0005", "writer", "nometrics", None),  # the shipped design
+)
+# --design-space: more points around the shipped design (Shadow on, SQLite), each changing
+# one thing: (name, QL_THREADS, writer thread, BENCH_* knobs).
+DESIGN_SPACE = (
+    ("ds_2t_writer", 2, "writer", {}),
+    ("ds_2t_inline", 2, "inline", {}),
+    ("ds_8t_writer", 8, "writer", {}),
+    ("ds_1t_writer", 1, "always", {}),
+    ("ds_checkpoint_1000", None, "writer", {"BENCH_WAL_AUTOCHECKPOINT": "1000"}),
+    ("ds_no_retention", None, "writer", {"BENCH_NO_RETENTION": "1"}),
+    # A bound, not a design: no fsync at all (unsafe on power loss, never shipped).
+    ("ds_synchronous_off", None, "writer", {"BENCH_SYNCHRONOUS": "off"}),
+)
 
 # PostgreSQL administration through the servers' driver (the client stays stdlib-only).
 PG_SOURCE = r'''
@@ -312,16 +362,19 @@ def request(port: int, method: str, path: str, body=None, headers=None, timeout=
         conn.close()
 
 
-def product_env(workdir: str, db_url: str, shadow: bool, threads: int) -> dict:
+def product_env(workdir: str, db_url: str, shadow: bool, threads: int | None) -> dict:
+    """The product's environment; threads=None keeps its own default QL_THREADS."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("QL_", "QL3_"))}
     env.update({"QL_DATA_DIR": workdir, "QL_DB_URL": db_url, "QL_HOST": "127.0.0.1",
-                "QL_PORT": "0", "QL_THREADS": str(threads), "QL_SCHEDULER": "node",
+                "QL_PORT": "0", "QL_SCHEDULER": "node",
                 "QL_CRONTAB_INSTALL": "", "QL3_SHADOW_ORIGINS": "scheduled_system" if shadow else ""})
+    if threads is not None:
+        env["QL_THREADS"] = str(threads)
     return env
 
 
-def make_product(name: str, python: str, base: str, db_url: str, shadow: bool, threads: int,
-                 db_path=None, pg=None) -> Server:
+def make_product(name: str, python: str, base: str, db_url: str, shadow: bool,
+                 threads: int | None, db_path=None, pg=None) -> Server:
     """A product server whose data dir holds a fresh database and a system token."""
     workdir = os.path.join(base, name)
     os.makedirs(workdir)
@@ -337,7 +390,7 @@ def make_product(name: str, python: str, base: str, db_url: str, shadow: bool, t
     return server
 
 
-def make_floor(python: str, base: str, threads: int, write: bool = False) -> Server:
+def make_floor(python: str, base: str, threads: int | None, write: bool = False) -> Server:
     """The floor app; with write=True the write reference (one-row transaction per callback)."""
     name = "floor_write" if write else "floor"
     workdir = os.path.join(base, name)
@@ -346,7 +399,7 @@ def make_floor(python: str, base: str, threads: int, write: bool = False) -> Ser
     with open(path, "w") as fh:
         fh.write(FLOOR_SOURCE)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("QL_", "QL3_", "FLOOR_"))}
-    env.update({"QL_PORT": "0", "QL_THREADS": str(threads)})
+    env.update({"QL_PORT": "0", "QL_THREADS": str(threads or FLOOR_THREADS)})
     if write:
         env["FLOOR_WRITE_DB"] = os.path.join(workdir, "floor.db")
     return Server(name, [python, path], env, workdir, None)
@@ -623,15 +676,19 @@ def run(args) -> dict:
             servers.append(make_product(name, python, base, f"sqlite:///{path}", shadow,
                                         args.threads, db_path=path))
         if args.variants:
-            for name, mode, interval, writer in (
-                    ("on_flask_5ms", "flask", "0.005", "inline"),  # the design before
-                    ("on_fast_5ms", "fast", "0.005", "inline"),
-                    ("on_fast_0.5ms", "fast", "0.0005", "inline"),
-                    ("on_fast_writer_5ms", "fast", "0.005", "writer")):
+            for name, mode, interval, writer, counters, threads in VARIANTS:
                 path = os.path.join(base, name, "qlshadow.db")
                 server = make_product(name, python, base, f"sqlite:///{path}", True,
-                                      args.threads, db_path=path)
-                server.argv = [python, "-c", VARIANT_SOURCE, mode, interval, writer]
+                                      threads, db_path=path)
+                server.argv = [python, "-c", VARIANT_SOURCE, mode, interval, writer, counters]
+                servers.append(server)
+        if args.design_space:
+            for name, threads, writer, knobs in DESIGN_SPACE:
+                path = os.path.join(base, name, "qlshadow.db")
+                server = make_product(name, python, base, f"sqlite:///{path}", True,
+                                      threads, db_path=path)
+                server.env.update(knobs)
+                server.argv = [python, "-c", VARIANT_SOURCE, "fast", "0.0005", writer, "metrics"]
                 servers.append(server)
         if pg_version:
             for shadow in (False, True):
@@ -788,6 +845,10 @@ def run(args) -> dict:
         "servers": {s.name: s.figures for s in servers},
         "skipped": skipped,
     }
+    if args.variants:
+        counters = subprocess.run([python, "-c", COUNTERS_SOURCE], cwd=ROOT, capture_output=True,
+                                  text=True, timeout=120, check=True)
+        results["metrics_counters_us"] = round(float(counters.stdout), 3)
     results["budgets"] = budgets(results)
     results["references"] = references(results)
     return results
@@ -820,13 +881,20 @@ def references(results: dict) -> list:
          "value": ratio(on["cpu_us_per_callback"], floor["cpu_us_per_callback"])},
     ]
     for name in s:
-        if name.startswith(("pg_", "on_")):
+        if name.startswith(("pg_", "on_", "ds_")):
             rows.append({"figure": f"{name} callbacks/s / floor requests/s",
                          "value": paired_ratio(s[name], s["floor"])})
             rows.append({"figure": f"{name} p99 / floor p99",
                          "value": ratio(s[name]["sustained"]["p99_ms"], floor["p99_ms"])})
     if "pg_on" in s and "pg_off" in s:
         rows.append({"figure": "pg_on / pg_off callbacks/s", "value": paired_ratio(s["pg_on"], s["pg_off"])})
+    counters = results.get("metrics_counters_us")
+    if counters is not None:
+        # What the two counters of a callback cost, timed in a loop: a bound on the
+        # metrics on / off ratio that the noise of a throughput ratio cannot blur.
+        rows.append({"figure": "metrics counters, CPU per callback (us)", "value": counters})
+        rows.append({"figure": "metrics counters / Shadow-on server CPU per callback",
+                     "value": round(counters / on["cpu_us_per_callback"], 5)})
     return rows
 
 
@@ -856,6 +924,8 @@ def budgets(results: dict) -> list:
         ("start to first /health 200 / floor's", ratio(on["startup_s"], floor["startup_s"]),
          "<=", 1.5),
     ]
+    if "on_nometrics" in s:
+        rows.append(("metrics on / off callbacks/s", paired_ratio(on, s["on_nometrics"]), ">=", 0.98))
     out = []
     for figure, value, op, limit in rows:
         ok = value >= limit if op == ">=" else value <= limit
@@ -948,7 +1018,9 @@ def build_parser() -> argparse.ArgumentParser:
                "counts in seconds and judges nothing.")
     parser.add_argument("--crons", type=int, default=200, help="crons firing at once (default 200)")
     parser.add_argument("--clients", type=int, default=16, help="concurrent keep-alive clients (16)")
-    parser.add_argument("--threads", type=int, default=4, help="waitress threads per server (4)")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="waitress threads per server (default: the floor 4, waitress's "
+                             "default; the product its own QL_THREADS default)")
     parser.add_argument("--sustained", type=int, default=50_000, metavar="N",
                         help="callbacks per server in the sustained run (default 50000)")
     parser.add_argument("--driver", choices=("wrk", "python"), default=None,
@@ -960,6 +1032,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--variants", action="store_true",
                         help="also run earlier designs side by side (Flask route only; the fast "
                              "path with Python's default switch interval)")
+    parser.add_argument("--design-space", action="store_true",
+                        help="also run more points around the shipped design: thread counts, "
+                             "the writer thread, the checkpoint interval, no retention step, "
+                             "and synchronous=off as a bound")
     parser.add_argument("--dup", type=float, default=0.10, help="share of duplicated callbacks (0.10)")
     parser.add_argument("--reorder", type=float, default=0.05,
                         help="share of executions whose finish arrives first (0.05)")

@@ -147,19 +147,27 @@ def drive(server: Server, work: list, clients: int) -> float:
     return len(work) / seconds
 
 
-def sign_in_and_load_every_page(server: Server, cron_ids: list) -> int:
-    """Sign in with the system token, then load each page once; returns pages loaded."""
+def sign_in_and_load_every_page(server: Server, cron_ids: list) -> tuple:
+    """Sign in with the system token, then load each page once.
+
+    Returns (pages loaded, {page kind: [HTML bytes, RSS KiB after its first load]}), in the
+    order loaded, so what each kind of page adds to the process shows.
+    """
     form = urllib.parse.urlencode({"token": server.token})
     status, _, response = server.call("POST", "/page/login", form,
                                       {"Content-Type": "application/x-www-form-urlencoded"})
     assert status == 303, status
     cookie = response.getheader("Set-Cookie").split(";", 1)[0]
-    paths = ["/page/", "/page/?page=2&size=20", "/page/gate", "/page/health", "/page/login"]
-    paths += [f"/page/crons/{c}" for c in cron_ids]
-    for path in paths:
+    steps = {"signed in": [0, proc_kib(server.process.pid)["VmRSS"]]}
+    paths = [("crons", "/page/"), ("crons page 2", "/page/?page=2&size=20"),
+             ("gate", "/page/gate"), ("health", "/page/health"), ("login", "/page/login")]
+    paths += [("cron", f"/page/crons/{c}") for c in cron_ids]
+    for kind, path in paths:
         status, raw, _ = server.call("GET", path, headers={"Cookie": cookie})
         assert status == 200, (path, status, raw[:200])
-    return len(paths)
+        if kind not in steps:
+            steps[kind] = [len(raw), proc_kib(server.process.pid)["VmRSS"]]
+    return len(paths), steps
 
 
 def memory(python: str, callbacks: int, clients: int) -> dict:
@@ -171,7 +179,8 @@ def memory(python: str, callbacks: int, clients: int) -> dict:
         drive(server, bodies(ids, callbacks // 2, "m"), clients)
         after_burst = proc_kib(server.process.pid)
         figures.update(burst_rss_kib=after_burst["VmRSS"], burst_peak_kib=after_burst["VmHWM"])
-        figures["pages_loaded"] = sign_in_and_load_every_page(server, ids)
+        figures["pages_loaded"], figures["rss_kib_after_first_page_of_kind"] = \
+            sign_in_and_load_every_page(server, ids)
         status, raw, _ = server.call("GET", "/metrics")
         assert status == 403  # the system token has no metrics scope; the page path is what counts
         after_pages = proc_kib(server.process.pid)

@@ -1,61 +1,238 @@
 #!/usr/bin/env python3
-"""In-process CPU cost of the callback's guarantees (Shadow savepoint; one transaction per request).
+"""In-process CPU cost of what each callback pays for a guarantee, in microseconds.
 
-Run: .venv/bin/python scripts/guarantee_costs.py  (SQLite in a temp dir; prints µs per callback).
+    .venv/bin/python scripts/guarantee_costs.py [--callbacks 1500] [--repeats 3]
+
+Drives the callback fast path (views/fastpath.py) directly as WSGI, on one thread, against a
+fresh SQLite database in a temp dir, with Shadow on: no HTTP and no other thread, so a
+difference of a few microseconds is visible where a throughput ratio over HTTP moves by
+several per cent between rounds. Each comparison alternates batches of the two cases in
+one process and reports the median CPU time per callback of each:
+
+  shadow     a callback with an execution_id (Shadow writes its Run), or one without
+  savepoint  the Shadow write inside its fail-open savepoint, or without one
+  metrics    the callback and Shadow counters of /metrics, or no-ops in their place
+  grouping   a one-row update in its own transaction, or 16 of them in one transaction
+             with a savepoint each (what "one transaction per request" costs)
+
+With --statements it also prints the CPU time of each kind of SQL statement per callback,
+Shadow on and off, timed around the driver's cursor.
 """
-# The same callbacks through the fast path on one thread, with and without the savepoint.
-import contextlib, io, json, sys, tempfile, time, uuid
-from qlshadow import config, db
+from __future__ import annotations
+
+import argparse
+import collections
+import contextlib
+import io
+import json
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+
+from qlshadow import config, db, metrics
+from qlshadow.auth import system_token
 from qlshadow.shadow import writer
 from qlshadow.views import create_app, fastpath
-from qlshadow.auth import system_token
+
+CRONS = 200
+
+
 def setup():
-    d = tempfile.mkdtemp()
-    s = config.load(environ={"QL_DATA_DIR": d, "QL_DB_URL": f"sqlite:///{d}/q.db", "QL_SCHEDULER": "node",
-        "QL_CRONTAB_INSTALL": "", "QL3_SHADOW_ORIGINS": "scheduled_system"})
-    app = create_app(s)
+    """The fast-path WSGI app on a fresh database with CRONS crons, and a bearer token."""
+    data_dir = tempfile.mkdtemp(prefix="qlshadow-costs-")
+    settings = config.load(environ={
+        "QL_DATA_DIR": data_dir, "QL_SCHEDULER": "node", "QL_CRONTAB_INSTALL": "",
+        "QL3_SHADOW_ORIGINS": "scheduled_system"})
+    app = create_app(settings)
     with db.database.connection_context(), db.write_transaction():
-        tok = system_token(s.token_file)["value"]
-    c = app.test_client()
-    for i in range(200):
-        c.post("/open/crons", json={"name": f"b{i}", "command": "x", "schedule": "* * * * *"}, headers={"Authorization": "Bearer " + tok})
-    return fastpath.mount(app), tok
-def bodies(k, n):
+        token = system_token(settings.token_file)["value"]
+    client = app.test_client()
+    for n in range(CRONS):
+        client.post("/open/crons", json={"name": f"job{n}", "command": "true",
+                                         "schedule": "* * * * *"},
+                    headers={"Authorization": f"Bearer {token}"})
+    return fastpath.mount(app), token
+
+
+def bodies(batch: int, executions: int, shadow: bool = True) -> list:
+    """Running then idle callbacks of `executions` crond executions, each with its own id
+    (without an execution_id when not shadow: Legacy only)."""
     out = []
-    for i in range(n):
-        eid = f"legacy-system:{1764460800 + k * 100000 + i}:{uuid.uuid4()}"
-        for st in (0, 1):
-            out.append(json.dumps({"ids": [str(i % 200 + 1)], "pid": "123", "log_path": f"/l/{k}-{i}.log",
-                "execution_id": eid, "status": st, "last_execution_time": 1764460800, "last_running_time": 3, "exit_code": 0}).encode())
+    for n in range(executions):
+        execution_id = f"legacy-system:{1764460800 + batch * 100000 + n}:{uuid.uuid4()}"
+        for status in (0, 1):
+            body = {"ids": [str(n % CRONS + 1)], "pid": "123", "log_path": f"/l/{batch}-{n}.log",
+                    "status": status, "last_execution_time": 1764460800,
+                    "last_running_time": 3, "exit_code": 0}
+            if shadow:
+                body["execution_id"] = execution_id
+            out.append(json.dumps(body).encode())
     return out
-def run(w, tok, bs):
-    sr = lambda *a: None
-    t = time.process_time()
-    for b in bs:
-        w({"PATH_INFO": "/open/crons/status", "REQUEST_METHOD": "PUT", "CONTENT_LENGTH": str(len(b)),
-           "wsgi.input": io.BytesIO(b), "wsgi.input_terminated": True, "HTTP_AUTHORIZATION": "Bearer " + tok}, sr)
-    return (time.process_time() - t) / len(bs) * 1e6
-w, tok = setup()
-real_sp = writer.savepoint
-res = {"savepoint": [], "no savepoint": []}
-for k in range(6):
-    writer.savepoint = real_sp if k % 2 == 0 else (lambda name: contextlib.nullcontext())
-    res["savepoint" if k % 2 == 0 else "no savepoint"].append(run(w, tok, bodies(k, 1500)))
-writer.savepoint = real_sp
-import statistics
-for k, v in res.items():
-    print(f"{k:14} {statistics.median(v):7.1f} us CPU per callback  {[round(x) for x in v]}")
-# One transaction per request vs one transaction for a group of 16 (what grouping would save):
-conn = db.database.connection()
-t = time.process_time()
-for i in range(3000):
-    conn.execute("BEGIN IMMEDIATE"); conn.execute("UPDATE crons SET pid = ? WHERE id = ?", (i, i % 200 + 1)); conn.execute("COMMIT")
-one = (time.process_time() - t) / 3000 * 1e6
-t = time.process_time()
-for g in range(3000 // 16):
-    conn.execute("BEGIN IMMEDIATE")
-    for i in range(16):
-        conn.execute("SAVEPOINT r"); conn.execute("UPDATE crons SET pid = ? WHERE id = ?", (i, i % 200 + 1)); conn.execute("RELEASE r")
-    conn.execute("COMMIT")
-grouped = (time.process_time() - t) / (3000 // 16 * 16) * 1e6
-print(f"one-row update: own transaction {one:.1f} us; in a 16-request group with a savepoint each {grouped:.1f} us")
+
+
+def cpu_per_callback(wsgi, token: str, batch: list) -> float:
+    """CPU microseconds per callback to answer every body of batch."""
+    def start_response(status, headers):
+        if not status.startswith("200"):
+            raise RuntimeError(f"callback answered {status}")
+
+    started = time.process_time()
+    for body in batch:
+        wsgi({"PATH_INFO": "/open/crons/status", "REQUEST_METHOD": "PUT",
+              "CONTENT_LENGTH": str(len(body)), "wsgi.input": io.BytesIO(body),
+              "wsgi.input_terminated": True, "HTTP_AUTHORIZATION": f"Bearer {token}"},
+             start_response)
+    return (time.process_time() - started) / len(batch) * 1e6
+
+
+def nothing():
+    pass
+
+
+def alternate(wsgi, token: str, cases: dict, executions: int, repeats: int, batch0: int) -> dict:
+    """Median CPU per callback of each case.
+
+    cases maps a name to (switch on, switch off) or (switch on, switch off, shadow bodies).
+    """
+    figures = {name: [] for name in cases}
+    for k in range(repeats * len(cases)):
+        name = list(cases)[k % len(cases)]
+        enter, leave, *shadow = cases[name]
+        batch = bodies(batch0 + k, executions, *shadow)
+        enter()
+        try:
+            figures[name].append(cpu_per_callback(wsgi, token, batch))
+        finally:
+            leave()
+    return {name: statistics.median(values) for name, values in figures.items()}
+
+
+class _TimedCursor:
+    """A driver cursor whose execute() adds its CPU time to a table keyed by statement."""
+
+    def __init__(self, cursor, table):
+        self._cursor, self._table = cursor, table
+
+    def execute(self, sql, params=()):
+        started = time.process_time()
+        try:
+            return self._cursor.execute(sql, params)
+        finally:
+            entry = self._table[" ".join(sql.split()[:4])[:60]]
+            entry[0] += 1
+            entry[1] += time.process_time() - started
+
+    def __getattr__(self, name):
+        return getattr(self._cursor, name)
+
+
+class _TimedConnection:
+    def __init__(self, conn, table):
+        self._conn, self._table = conn, table
+
+    def cursor(self, *args):
+        return _TimedCursor(self._conn.cursor(*args), self._table)
+
+    def execute(self, sql, params=()):
+        return self.cursor().execute(sql, params)
+
+    def __getattr__(self, name):
+        return getattr(self._conn, name)
+
+
+def statements(wsgi, token: str, executions: int) -> None:
+    """Print CPU per callback of each kind of statement, Shadow on and off."""
+    state = db.database.obj._state
+    plain = state.conn
+    for shadow in (True, False):
+        table = collections.defaultdict(lambda: [0, 0.0])
+        batch = bodies(200 + shadow, executions, shadow)
+        state.conn = _TimedConnection(plain, table)
+        try:
+            cpu_per_callback(wsgi, token, batch)
+        finally:
+            state.conn = plain
+        print(f"statements per callback, {'Shadow on' if shadow else 'Legacy only'}:")
+        for sql, (count, seconds) in sorted(table.items(), key=lambda item: -item[1][1]):
+            print(f"  {seconds / len(batch) * 1e6:7.1f} us  {count / len(batch):5.2f} x  {sql}")
+
+
+def grouping(rows: int = 3200) -> tuple:
+    """(one-row update in its own transaction, in a 16-request group) in microseconds."""
+    conn = db.database.connection()
+    started = time.process_time()
+    for i in range(rows):
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute("UPDATE crons SET pid = ? WHERE id = ?", (i, i % CRONS + 1))
+        conn.execute("COMMIT")
+    alone = (time.process_time() - started) / rows * 1e6
+    started = time.process_time()
+    for group in range(rows // 16):
+        conn.execute("BEGIN IMMEDIATE")
+        for i in range(16):
+            conn.execute("SAVEPOINT r")
+            conn.execute("UPDATE crons SET pid = ? WHERE id = ?", (i, i % CRONS + 1))
+            conn.execute("RELEASE r")
+        conn.execute("COMMIT")
+    grouped = (time.process_time() - started) / (rows // 16 * 16) * 1e6
+    return alone, grouped
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--callbacks", type=int, default=1500,
+                        help="crond executions per batch (two callbacks each; default 1500)")
+    parser.add_argument("--repeats", type=int, default=3, help="batches per case (default 3)")
+    parser.add_argument("--statements", action="store_true",
+                        help="also the CPU time of each kind of SQL statement per callback")
+    args = parser.parse_args(argv)
+
+    wsgi, token = setup()
+    cpu_per_callback(wsgi, token, bodies(999, 500))  # warm up: statements, caches, pages
+
+    shadow = alternate(wsgi, token, {
+        "Shadow on": (nothing, nothing, True),
+        "Legacy only": (nothing, nothing, False),
+    }, args.callbacks, args.repeats, 200)
+
+    kept_savepoint = writer.savepoint
+    no_savepoint = lambda name: contextlib.nullcontext()  # noqa: E731
+    savepoint = alternate(wsgi, token, {
+        "with the savepoint": (nothing, nothing),
+        "without it": (lambda: setattr(writer, "savepoint", no_savepoint),
+                       lambda: setattr(writer, "savepoint", kept_savepoint)),
+    }, args.callbacks, args.repeats, 0)
+
+    counting = (metrics.count_callback, metrics.count_shadow)
+
+    def counters_off():
+        metrics.count_callback = metrics.count_shadow = lambda name: None
+
+    def counters_back():
+        metrics.count_callback, metrics.count_shadow = counting
+
+    counters = alternate(wsgi, token, {
+        "metrics on": (nothing, nothing),
+        "metrics off": (counters_off, counters_back),
+    }, args.callbacks, args.repeats, 100)
+
+    alone, grouped = grouping()
+    print(f"CPU per callback, one thread, SQLite, Shadow on (medians of {args.repeats} "
+          f"alternating batches of {2 * args.callbacks} callbacks):")
+    for name, value in {**shadow, **savepoint, **counters}.items():
+        print(f"  {name:20} {value:8.1f} us")
+    print(f"  Shadow's cost        {shadow['Shadow on'] - shadow['Legacy only']:8.1f} us")
+    print(f"  savepoint cost       {savepoint['with the savepoint'] - savepoint['without it']:8.1f} us")
+    print(f"  metrics on / off callbacks per CPU second "
+          f"{counters['metrics off'] / counters['metrics on']:.4f}")
+    print(f"one-row update: its own transaction {alone:.1f} us; "
+          f"in a 16-request group with a savepoint each {grouped:.1f} us")
+    if args.statements:
+        statements(wsgi, token, args.callbacks)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

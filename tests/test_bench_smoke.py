@@ -139,3 +139,31 @@ def test_it_describes_the_machine(smoke):
     machine = results["machine"]
     assert isinstance(machine["nproc"], int)
     assert all(isinstance(machine[k], str) and machine[k] for k in ("cpu", "python", "sqlite"))
+
+
+def test_the_guarantee_costs_script_reports_each_cost():
+    # Tiny batches: checks the script runs and names every figure, not their values.
+    process = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "scripts", "guarantee_costs.py"),
+         "--callbacks", "20", "--repeats", "1"],
+        cwd=ROOT, capture_output=True, text=True, timeout=240)
+    assert process.returncode == 0, process.stderr
+    for figure in ("with the savepoint", "without it", "metrics on", "metrics off",
+                   "savepoint cost", "metrics on / off", "one-row update"):
+        assert figure in process.stdout, process.stdout
+
+
+def test_the_page_bench_reports_memory_per_page_and_the_counters_ratio(tmp_path):
+    # Tiny counts: the script runs both parts and reports every figure, not their values.
+    process = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "scripts", "bench_page.py"), "--python", sys.executable,
+         "--callbacks", "40", "--clients", "2", "--rounds", "1"],
+        cwd=ROOT, capture_output=True, text=True, timeout=240,
+        env={k: v for k, v in os.environ.items() if not k.startswith(("QL_", "QL3_"))})
+    assert process.returncode == 0, process.stderr
+    memory, counters = (json.loads(line) for line in process.stdout.splitlines())
+    pages = memory["memory"]["rss_kib_after_first_page_of_kind"]
+    assert set(pages) == {"signed in", "crons", "crons page 2", "gate", "health", "login", "cron"}
+    assert memory["memory"]["pages_loaded"] == 55
+    assert all(isinstance(rss, int) and rss > 0 for _, rss in pages.values())
+    assert counters["counters"]["ratio_on_over_off"] > 0

@@ -14,15 +14,24 @@ from qlshadow.config import ConfigError
 from conftest import run_cli
 
 
-def test_the_defaults_are_those_of_the_spec():
+def test_the_defaults_are_those_of_the_contract():
     settings = config.load(environ={"QL_SCHEDULER": "node"})
 
     assert (settings.data_dir, settings.db_url, settings.host, settings.port, settings.threads) == (
-        "./data", "sqlite:///./data/qlshadow.db", "127.0.0.1", 5600, 4)
+        "./data", "sqlite:///./data/qlshadow.db", "127.0.0.1", 5600, 1)
     assert (settings.crontab_file, settings.crontab_install) == ("./data/crontab.list", "crontab {file}")
     assert (settings.shadow_origins, settings.failure_cap, settings.max_body) == (frozenset(), 1000, 65536)
     assert settings.shadow_on is False
     assert settings.token_file == "./data/token.json"
+
+
+@pytest.mark.parametrize("url, threads", [
+    ("sqlite:////srv/ql/q.db", 1), ("postgresql://ql@db.lan/ql", 4), ("postgres://ql@db.lan/ql", 4)])
+def test_the_default_thread_count_follows_the_database(url, threads):
+    # SQLite writes one at a time: one request thread; PostgreSQL overlaps round trips.
+    assert config.load(environ={"QL_DB_URL": url, "QL_SCHEDULER": "node"}).threads == threads
+    assert config.load(environ={"QL_DB_URL": url, "QL_SCHEDULER": "node",
+                                "QL_THREADS": "3"}).threads == 3
 
 
 def test_the_data_dir_moves_the_database_crontab_and_token_file():

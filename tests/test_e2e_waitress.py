@@ -88,14 +88,17 @@ def test_the_start_up_line_is_one_line_naming_url_database_scheduler_and_origins
     lines = server.output().splitlines()
 
     assert len(lines) == 1, lines
+    # QL_THREADS unset: one request thread on SQLite, four on PostgreSQL.
+    threads = 1 if backend == "sqlite" else 4
     assert re.fullmatch(rf"qlshadow serving http://127\.0\.0\.1:{server.port} database={database} "
-                        r"scheduler=node shadow_origins=scheduled_system", lines[0]), lines[0]
+                        rf"scheduler=node shadow_origins=scheduled_system threads={threads}",
+                        lines[0]), lines[0]
 
 
 def test_the_start_up_line_says_when_shadow_is_off(live_server):
     server = live_server()
 
-    assert server.output().splitlines()[0].endswith(" scheduler=node shadow_origins=off")
+    assert " scheduler=node shadow_origins=off " in server.output().splitlines()[0]
 
 
 @pytest.mark.parametrize("backend", ["postgres"])
