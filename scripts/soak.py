@@ -48,14 +48,15 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--interval", type=float, default=None,
                         help="seconds between report lines (default: duration/20, 1..30)")
     parser.add_argument("--clients", type=int, default=4, help="client threads (default 4)")
-    parser.add_argument("--threads", type=int, default=4, help="server worker threads (default 4)")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="server worker threads (default: the service's own, 1 on SQLite)")
     parser.add_argument("--pause", type=float, default=0.0,
                         help="seconds each client waits between executions (default 0: flat out)")
     parser.add_argument("--db-url", default=None,
                         help="a fresh, empty database URL (default: SQLite in a temp dir)")
     parser.add_argument("--keep", action="store_true", help="keep the temp dir (database, log)")
     args = parser.parse_args(argv)
-    if args.duration <= 0 or args.clients < 1 or args.threads < 1 or args.pause < 0:
+    if args.duration <= 0 or args.clients < 1 or (args.threads is not None and args.threads < 1) or args.pause < 0:
         parser.error("--duration, --clients and --threads must be positive, --pause not negative")
     if args.interval is None:
         args.interval = min(30.0, max(1.0, args.duration / 20))
@@ -65,16 +66,17 @@ def parse_args(argv=None) -> argparse.Namespace:
 class Server:
     """The server process, started with exactly the settings the soak needs."""
 
-    def __init__(self, workdir: str, db_url: str | None, threads: int):
+    def __init__(self, workdir: str, db_url: str | None, threads: int | None):
         self.workdir = workdir
         db_url = db_url or f"sqlite:///{os.path.join(workdir, 'qlshadow.db')}"
         # Size and Run count are read from the file on SQLite; PostgreSQL reports neither.
         self.db_path = db_url[len("sqlite:///"):] if db_url.startswith("sqlite:///") else None
         env = {k: v for k, v in os.environ.items() if not k.startswith(("QL_", "QL3_"))}
         env.update({"QL_DATA_DIR": workdir, "QL_HOST": "127.0.0.1", "QL_PORT": "0",
-                    "QL_THREADS": str(threads), "QL_SCHEDULER": "node",
-                    "QL_CRONTAB_INSTALL": "", "QL3_SHADOW_ORIGINS": "scheduled_system",
-                    "QL_DB_URL": db_url})
+                    "QL_SCHEDULER": "node", "QL_CRONTAB_INSTALL": "",
+                    "QL3_SHADOW_ORIGINS": "scheduled_system", "QL_DB_URL": db_url})
+        if threads is not None:
+            env["QL_THREADS"] = str(threads)
         subprocess.run([sys.executable, "-m", "qlshadow.cli", "token", "system"], env=env, cwd=ROOT,
                        check=True, capture_output=True, timeout=60)
         with open(os.path.join(workdir, "token.json"), encoding="utf-8") as fh:
@@ -243,7 +245,7 @@ def main(argv=None) -> int:
         runs = count_runs(server.db_path)
         summary = {
             "duration_s": round(elapsed, 1), "clients": args.clients,
-            "server_threads": args.threads, "callbacks": load.callbacks,
+            "server_threads": args.threads or "service default", "callbacks": load.callbacks,
             "executions": load.executions, "errors": load.errors(),
             "statuses": {str(k): v for k, v in sorted(load.statuses.items(), key=str)},
             "rate_per_s": round(load.callbacks / max(elapsed, 1e-9), 1),
