@@ -10,10 +10,10 @@ import hmac
 import json
 import os
 import secrets
-import tempfile
 import time
 
 from .errors import InvalidInput
+from .files import write_private
 from .models import App, Token
 
 TOKEN_LIFETIME = 30 * 24 * 3600
@@ -132,7 +132,7 @@ def _app_token(name: str, scopes, token_file: str, now: int | None, min_left: in
                          "rename or delete it")
     value, expiration = issue_token(app.id, now)
     token = {"value": value, "expiration": expiration}
-    _write_private(token_file, json.dumps(token))
+    write_private(token_file, json.dumps(token) + "\n")
     return token
 
 
@@ -175,33 +175,8 @@ def page_key(path: str) -> bytes:
             return key
     except FileNotFoundError:
         pass
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".page-key.")
-    try:
-        os.fchmod(fd, 0o600)
-        with os.fdopen(fd, "w", encoding="ascii") as fh:
-            fh.write(secrets.token_hex(32) + "\n")
-        try:
-            os.link(tmp, path)
-        except FileExistsError:
-            pass  # another process made it first: use theirs
-    finally:
-        os.unlink(tmp)
+    write_private(path, secrets.token_hex(32) + "\n", replace=False)
     with open(path, "rb") as fh:
         return fh.read().strip()
 
 
-def _write_private(path: str, text: str) -> None:
-    """Write a file readable by its owner only, atomically (temp file + rename)."""
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".token.")
-    try:
-        os.fchmod(fd, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text + "\n")
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise

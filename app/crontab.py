@@ -25,7 +25,8 @@ import os
 import shlex
 import subprocess
 import sys
-import tempfile
+
+from .files import write_private
 
 MARKER = "QL_EXECUTION_ORIGIN=scheduled_system"
 INSTALL_TIMEOUT = 30
@@ -216,24 +217,6 @@ def render(settings) -> str:
     return "".join(f"{text}\n" for text in [header] + lines)
 
 
-def _write_private(path: str, text: str) -> None:
-    """Replace path atomically with text, readable by the service's user only."""
-    directory = os.path.dirname(path)
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix="." + os.path.basename(path) + ".")
-    try:
-        os.fchmod(fd, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
 def _write_if_changed(path: str, text: str) -> None:
     """Every cron change comes here: rewrite only on a difference (flash wears out)."""
     try:
@@ -242,7 +225,7 @@ def _write_if_changed(path: str, text: str) -> None:
                 return
     except OSError:
         pass
-    _write_private(path, text)
+    write_private(path, text)
 
 
 def _one_line(key: str, value: str) -> str:
@@ -336,7 +319,7 @@ def _note_state(settings, problem: str | None) -> None:
             if os.path.exists(path):
                 os.unlink(path)
         else:
-            _write_private(path, problem + "\n")
+            write_private(path, problem + "\n")
     except OSError:
         pass  # the failure is still raised to the caller and logged there
 
@@ -346,7 +329,7 @@ def write(settings, text: str) -> str:
     user's commands, which often hold secrets."""
     path = os.path.abspath(settings.crontab_file)
     try:
-        _write_private(path, text)
+        write_private(path, text)
     except OSError as exc:
         raise CrontabError(f"cannot write the crontab {path}: {exc.strerror or exc}") from None
     return path
