@@ -30,7 +30,9 @@ from .models import ALL_MODELS, ShadowRun, database
 log = logging.getLogger("qlshadow")
 
 # Router flash and power loss: WAL with synchronous=NORMAL cannot corrupt the file and
-# fsyncs only at checkpoints; a small page cache because every waitress thread has one.
+# fsyncs only at checkpoints; a 512 KiB page cache per connection: the callback path touches a
+# few pages, and a larger cache only kept what the status page and the gate had read
+# (docs/PERFORMANCE.md, the status page and memory).
 # A bounded WAL: after WAL_CHECKPOINT_PAGES pages a commit checkpoints (PASSIVE, the only
 # automatic mode), the next writer starts the WAL over, and a WAL that grew past
 # WAL_LIMIT_BYTES (a long reader held a checkpoint back) is truncated back to it. So the WAL
@@ -38,7 +40,7 @@ log = logging.getLogger("qlshadow")
 # once filled a 2 MB partition; docs/CONTRACT.md "Storage" states the bound.
 WAL_CHECKPOINT_PAGES = 256
 WAL_LIMIT_BYTES = 1024 * 1024
-SQLITE_PRAGMAS = (("synchronous", "normal"), ("foreign_keys", 1), ("cache_size", -1024),
+SQLITE_PRAGMAS = (("synchronous", "normal"), ("foreign_keys", 1), ("cache_size", -512),
                   ("wal_autocheckpoint", WAL_CHECKPOINT_PAGES),
                   ("journal_size_limit", WAL_LIMIT_BYTES))
 

@@ -77,7 +77,7 @@ if WRITE_DB:
     # updates one row (same pragmas, one connection under a lock, no ORM).
     import json, sqlite3, threading
     conn = sqlite3.connect(WRITE_DB, isolation_level=None, check_same_thread=False)
-    for pragma in ("journal_mode=wal", "synchronous=normal", "cache_size=-1024"):
+    for pragma in ("journal_mode=wal", "synchronous=normal", "cache_size=-512"):
         conn.execute("PRAGMA " + pragma)
     conn.execute("CREATE TABLE IF NOT EXISTS crons (id INTEGER PRIMARY KEY, status INTEGER, pid INTEGER)")
     conn.executemany("INSERT OR IGNORE INTO crons (id, status) VALUES (?, 1)",
@@ -125,7 +125,7 @@ path, count, rows = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 conn = sqlite3.connect(path, isolation_level=None)
 conn.execute("PRAGMA journal_mode=wal")
 conn.execute("PRAGMA synchronous=normal")
-conn.execute("PRAGMA cache_size=-1024")
+conn.execute("PRAGMA cache_size=-512")
 conn.execute("CREATE TABLE crons (id INTEGER PRIMARY KEY, name TEXT, status INTEGER, "
              "pid INTEGER, log_path TEXT, last_execution_time INTEGER)")
 conn.executemany("INSERT INTO crons (id, name, status) VALUES (?, ?, 1)",
@@ -159,10 +159,19 @@ if counters == "nometrics":
     metrics.count_callback = metrics.count_shadow = lambda name: None
 # Knobs of --design-space only (never product settings): SQLite pragmas, no retention step.
 pragmas = dict(db.SQLITE_PRAGMAS)
-for key in ("wal_autocheckpoint", "synchronous"):
+for key in ("wal_autocheckpoint", "synchronous", "cache_size", "page_size"):
     if os.environ.get("BENCH_" + key.upper()):
         pragmas[key] = os.environ["BENCH_" + key.upper()]
 db.SQLITE_PRAGMAS = tuple(pragmas.items())
+if os.environ.get("BENCH_PAGE_SIZE"):
+    # The database was made by `qlshadow token system` before the knobs applied: rebuild
+    # it (still nearly empty) with the page size asked for.
+    import sqlite3
+    conn = sqlite3.connect(db.sqlite_path(os.environ["QL_DB_URL"]), isolation_level=None)
+    for statement in ("PRAGMA journal_mode=delete", f"PRAGMA page_size={pragmas['page_size']}",
+                      "VACUUM", "PRAGMA journal_mode=wal"):
+        conn.execute(statement)
+    conn.close()
 if os.environ.get("BENCH_NO_RETENTION"):
     callback.prune_on_write = lambda now: 0
 cli.SWITCH_INTERVAL = float(interval)
@@ -201,6 +210,12 @@ DESIGN_SPACE = (
     ("ds_1t_writer", 1, "always", {}),
     ("ds_checkpoint_1000", None, "writer", {"BENCH_WAL_AUTOCHECKPOINT": "1000"}),
     ("ds_no_retention", None, "writer", {"BENCH_NO_RETENTION": "1"}),
+    ("ds_cache_512", None, "writer", {"BENCH_CACHE_SIZE": "-512"}),
+    # Smaller pages, the WAL bound kept at 1 MiB (its checkpoint interval is in pages).
+    ("ds_page_1024", None, "writer", {"BENCH_PAGE_SIZE": "1024",
+                                      "BENCH_WAL_AUTOCHECKPOINT": "1024"}),
+    ("ds_page_2048", None, "writer", {"BENCH_PAGE_SIZE": "2048",
+                                      "BENCH_WAL_AUTOCHECKPOINT": "512"}),
     # A bound, not a design: no fsync at all (unsafe on power loss, never shipped).
     ("ds_synchronous_off", None, "writer", {"BENCH_SYNCHRONOUS": "off"}),
 )
@@ -682,8 +697,10 @@ def run(args) -> dict:
                                       threads, db_path=path)
                 server.argv = [python, "-c", VARIANT_SOURCE, mode, interval, writer, counters]
                 servers.append(server)
-        if args.design_space:
+        if args.design_space or args.design:
             for name, threads, writer, knobs in DESIGN_SPACE:
+                if args.design and name not in args.design:
+                    continue
                 path = os.path.join(base, name, "qlshadow.db")
                 server = make_product(name, python, base, f"sqlite:///{path}", True,
                                       threads, db_path=path)
@@ -1035,7 +1052,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--design-space", action="store_true",
                         help="also run more points around the shipped design: thread counts, "
                              "the writer thread, the checkpoint interval, no retention step, "
-                             "and synchronous=off as a bound")
+                             "the page cache, and synchronous=off as a bound")
+    parser.add_argument("--design", action="append", default=[], metavar="NAME",
+                        help="run only this --design-space point (repeatable): "
+                             + ", ".join(d[0] for d in DESIGN_SPACE))
     parser.add_argument("--dup", type=float, default=0.10, help="share of duplicated callbacks (0.10)")
     parser.add_argument("--reorder", type=float, default=0.05,
                         help="share of executions whose finish arrives first (0.05)")

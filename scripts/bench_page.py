@@ -4,8 +4,10 @@ the metrics counters on and off, measured side by side in one run.
 
     .venv/bin/python scripts/bench_page.py [--callbacks 3000] [--clients 8] [--rounds 3]
 
-memory:  one server on SQLite; idle RSS, then RSS and peak (VmHWM) after a callback burst with
-         the page never loaded, then after signing in and loading every page and /metrics.
+memory:  the floor (bench.py's Flask + waitress app, no database) and one server on SQLite,
+         in the same run, each on its own defaults: idle RSS, then RSS and peak (VmHWM) after
+         the same callback burst; for the server also after signing in and loading every page
+         and /metrics. Each figure is reported as a ratio to the floor's.
 counters: two servers on their own SQLite files, the product and a variant whose counting is
          switched off in its launcher (no setting is needed for that); the same callback
          waves go to each in alternating rounds, and the ratio of the medians is reported.
@@ -29,6 +31,7 @@ import uuid
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STARTUP = re.compile(rb"qlshadow serving http://[^:]+:(\d+) ")
+FLOOR_STARTUP = re.compile(rb"floor serving http://127\.0\.0\.1:(\d+)")
 SERVE_ON = "import sys; from qlshadow.cli import main; sys.exit(main(['serve']))"
 # Counting off: the counters become no-ops and the callback route loses its counting hook.
 SERVE_OFF = ("import sys; import qlshadow.metrics as m; import qlshadow.views.callback as c; "
@@ -56,7 +59,7 @@ class Server:
         self.dir = tempfile.mkdtemp(prefix=f"qlshadow-{name}-")
         self.env = {k: v for k, v in os.environ.items() if not k.startswith(("QL_", "QL3_"))}
         self.env.update(QL_DATA_DIR=self.dir, QL_HOST="127.0.0.1", QL_PORT="0",
-                        QL_SCHEDULER="node", QL_CRONTAB_INSTALL="", QL_THREADS="4",
+                        QL_SCHEDULER="node", QL_CRONTAB_INSTALL="",
                         QL3_SHADOW_ORIGINS="scheduled_system")
         subprocess.run([python, "-m", "qlshadow.cli", "token", "system"], env=self.env, cwd=ROOT,
                        check=True, capture_output=True)
@@ -65,13 +68,16 @@ class Server:
         self.log = open(os.path.join(self.dir, "serve.log"), "wb")
         self.process = subprocess.Popen([python, "-c", code], env=self.env, cwd=ROOT,
                                         stdout=self.log, stderr=subprocess.STDOUT)
+        self.port = self.wait_for_port(STARTUP, name)
+
+    def wait_for_port(self, startup_line, name: str) -> int:
+        """The port the process's start-up line names, once it is printed."""
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             with open(self.log.name, "rb") as fh:
-                match = STARTUP.search(fh.read())
+                match = startup_line.search(fh.read())
             if match:
-                self.port = int(match.group(1))
-                return
+                return int(match.group(1))
             if self.process.poll() is not None:
                 break
             time.sleep(0.02)
@@ -95,6 +101,25 @@ class Server:
             self.process.send_signal(signal.SIGTERM)
             self.process.wait(10)
         self.log.close()
+
+
+class Floor(Server):
+    """bench.py's floor app (Flask + waitress, no database) on a free loopback port."""
+
+    def __init__(self, python: str):
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        from bench import FLOOR_SOURCE
+        self.dir = tempfile.mkdtemp(prefix="qlshadow-floor-")
+        self.token = "none"
+        source = os.path.join(self.dir, "floor_app.py")
+        with open(source, "w") as fh:
+            fh.write(FLOOR_SOURCE)
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("QL_", "QL3_"))}
+        env["QL_PORT"] = "0"
+        self.log = open(os.path.join(self.dir, "floor.log"), "wb")
+        self.process = subprocess.Popen([python, source], env=env, stdout=self.log,
+                                        stderr=subprocess.STDOUT)
+        self.port = self.wait_for_port(FLOOR_STARTUP, "the floor")
 
 
 def make_crons(server: Server, count: int) -> list:
@@ -170,7 +195,23 @@ def sign_in_and_load_every_page(server: Server, cron_ids: list) -> tuple:
     return len(paths), steps
 
 
+def floor_memory(python: str, callbacks: int, clients: int) -> dict:
+    """The floor's idle RSS and its peak after the same burst the server gets (two waves)."""
+    floor = Floor(python)
+    try:
+        time.sleep(0.5)
+        figures = {"idle_rss_kib": proc_kib(floor.process.pid)["VmRSS"]}
+        ids = list(range(1, 51))
+        drive(floor, bodies(ids, callbacks // 2, "m"), clients)
+        drive(floor, bodies(ids, callbacks // 2, "m2"), clients)
+        figures["peak_kib"] = proc_kib(floor.process.pid)["VmHWM"]
+        return figures
+    finally:
+        floor.stop()
+
+
 def memory(python: str, callbacks: int, clients: int) -> dict:
+    floor = floor_memory(python, callbacks, clients)
     server = Server("memory", SERVE_ON, python)
     try:
         time.sleep(0.5)
@@ -188,6 +229,15 @@ def memory(python: str, callbacks: int, clients: int) -> dict:
         drive(server, bodies(ids, callbacks // 2, "m2"), clients)
         final = proc_kib(server.process.pid)
         figures.update(burst_after_pages_rss_kib=final["VmRSS"], final_peak_kib=final["VmHWM"])
+        figures["floor"] = floor
+        figures["ratios"] = {
+            "idle / floor idle": round(figures["idle_rss_kib"] / floor["idle_rss_kib"], 3),
+            "peak, page never loaded / floor peak":
+                round(figures["burst_peak_kib"] / floor["peak_kib"], 3),
+            "peak after every page / floor peak":
+                round(figures["pages_peak_kib"] / floor["peak_kib"], 3),
+            "peak after more callbacks / floor peak":
+                round(figures["final_peak_kib"] / floor["peak_kib"], 3)}
         return figures
     finally:
         server.stop()

@@ -34,9 +34,11 @@ def smoke(tmp_path_factory):
     pg_url = os.environ.get("QL_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/")
     process = subprocess.run(
         [sys.executable, BENCH, "--smoke", "--json", str(path), "--workdir", str(out),
-         "--python", sys.executable, "--pg-url", pg_url],
+         "--python", sys.executable, "--pg-url", pg_url, "--design", "ds_page_1024", "--keep"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
     results = json.loads(path.read_text()) if path.exists() else None
+    if results is not None:
+        results["_workdir"] = str(out)  # --keep leaves the databases there
     return process, results
 
 
@@ -78,6 +80,22 @@ def test_it_measures_every_server_it_must(smoke):
     _, results = smoke
     missing = [name for name in _servers(results) if name not in results["servers"]]
     assert missing == [], results.get("skipped")
+
+
+def test_a_design_point_runs_alone_and_gets_its_knobs(smoke):
+    # --design runs one point of the design space; its page size needs the database rebuilt.
+    import glob
+    import sqlite3
+    _, results = smoke
+    assert "ds_page_1024" in results["servers"] and "ds_page_2048" not in results["servers"]
+    [path] = glob.glob(os.path.join(results["_workdir"], "qlshadow-bench-*", "ds_page_1024",
+                                    "qlshadow.db"))
+    conn = sqlite3.connect(path)
+    try:
+        assert conn.execute("PRAGMA page_size").fetchone()[0] == 1024
+        assert conn.execute("SELECT count(*) FROM crons").fetchone()[0] > 0
+    finally:
+        conn.close()
 
 
 def test_it_reports_start_up_and_idle_memory_of_every_server(smoke):
@@ -166,4 +184,11 @@ def test_the_page_bench_reports_memory_per_page_and_the_counters_ratio(tmp_path)
     assert set(pages) == {"signed in", "crons", "crons page 2", "gate", "health", "login", "cron"}
     assert memory["memory"]["pages_loaded"] == 55
     assert all(isinstance(rss, int) and rss > 0 for _, rss in pages.values())
+    # The floor runs in the same invocation, and every memory figure is given as its ratio.
+    floor = memory["memory"]["floor"]
+    assert floor["peak_kib"] >= floor["idle_rss_kib"] > 0
+    assert set(memory["memory"]["ratios"]) == {
+        "idle / floor idle", "peak, page never loaded / floor peak",
+        "peak after every page / floor peak", "peak after more callbacks / floor peak"}
+    assert all(0.5 < ratio < 5 for ratio in memory["memory"]["ratios"].values())
     assert counters["counters"]["ratio_on_over_off"] > 0

@@ -208,6 +208,23 @@ def test_the_crons_page_is_paginated(client, viewer, make_cron):
     assert ">first<" in html and "third" not in html
 
 
+def test_a_long_page_is_streamed_in_bounded_chunks_and_arrives_whole(client, viewer, make_cron):
+    from qlshadow.views.page import CHUNK
+    for n in range(60):
+        make_cron(name=f"job-{n:02d}", command=f"task job-{n:02d}.sh " + "x" * 200)
+    sign_in(client, viewer)
+    response = client.get("/page/?size=60")
+    assert response.status_code == 200 and response.is_streamed
+    chunks = list(response.response)
+    assert len(chunks) > 2
+    # Each chunk is about CHUNK bytes: one piece past the threshold at most.
+    assert all(len(chunk) < CHUNK + 4096 for chunk in chunks)
+    html = b"".join(chunks).decode()
+    assert html.rstrip().endswith("</html>")
+    assert all(f">job-{n:02d}<" in html for n in range(60))
+    assert response.headers["Content-Security-Policy"].startswith("default-src 'none'")
+
+
 def test_a_cron_page_shows_its_runs_instances_and_accept_failures(client, auth, viewer, make_cron):
     cron = make_cron(name="report")["id"]
     callback(client, auth, cron, 0, 1)
