@@ -299,14 +299,14 @@ def private_pg():
 
 # --- a small tmpfs ---------------------------------------------------------------------------
 
-@pytest.fixture
-def small_tmpfs():
-    """A 4 MiB tmpfs mounted on a temp dir (root only); unmounted at teardown."""
+def mounted_tmpfs(size: str):
+    """A tmpfs of `size` (mount's size=, e.g. "4m") on a temp dir (root only); a generator
+    for a fixture: yields the path, then unmounts it."""
     if os.geteuid() != 0:
         pytest.skip("mounting a tmpfs needs root")
-    path = tempfile.mkdtemp(prefix="qlshadow-full-")
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m,mode=0755", "tmpfs", path],
-                             capture_output=True, text=True)
+    path = tempfile.mkdtemp(prefix=f"qlshadow-{size}-")
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0755", "tmpfs",
+                              path], capture_output=True, text=True)
     if mounted.returncode != 0:
         os.rmdir(path)
         pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
@@ -314,6 +314,18 @@ def small_tmpfs():
     if subprocess.run(["umount", path], capture_output=True).returncode != 0:
         subprocess.run(["umount", "-l", path], capture_output=True)
     os.rmdir(path)
+
+
+@pytest.fixture
+def small_tmpfs():
+    """A 4 MiB tmpfs for a database driven to full."""
+    yield from mounted_tmpfs("4m")
+
+
+@pytest.fixture
+def tmpfs_2m():
+    """A 2 MiB tmpfs for the whole data directory, driven to full by task logs."""
+    yield from mounted_tmpfs("2m")
 
 
 def fill_disk(directory: str) -> tuple:

@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 
 import pytest
@@ -70,23 +69,6 @@ def test_a_full_disk_gives_json_503_keeps_the_database_intact_and_recovers(
 
 
 # --- a 2 MB data partition, driven to full by task logs --------------------------------------
-
-@pytest.fixture
-def tmpfs_2m():
-    """A 2 MiB tmpfs for the whole data directory (root only); unmounted at teardown."""
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    path = tempfile.mkdtemp(prefix="qlshadow-2m-")
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m,mode=0755", "tmpfs", path],
-                             capture_output=True, text=True)
-    if mounted.returncode != 0:
-        os.rmdir(path)
-        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
-    yield path
-    if subprocess.run(["umount", path], capture_output=True).returncode != 0:
-        subprocess.run(["umount", "-l", path], capture_output=True)
-    os.rmdir(path)
-
 
 class Service:
     """`qlshadow serve` over a data dir, its output kept off the full partition."""
