@@ -97,11 +97,11 @@ def _duration(seconds) -> str:
     return f"{seconds // 3600} h {seconds % 3600 // 60} min"
 
 
-CHUNK = 16 * 1024  # bytes of HTML handed to waitress at a time
+CHUNK = 16 * 1024  # characters of HTML handed to waitress at a time (bytes, for ASCII)
 
 
 def _render(template: str, status: int = 200, **context):
-    """The page as a stream of chunks of about CHUNK bytes.
+    """The page as a stream of chunks of about CHUNK characters.
 
     Rendered whole, a 50-cron list is held three times at once (its pieces, one 155 KB str,
     its bytes) and the heap keeps that high-water mark after the page is sent; streamed, one
