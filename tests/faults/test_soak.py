@@ -31,7 +31,10 @@ def test_a_short_soak_exits_0_and_reports_memory_fds_and_database_size(figures):
     assert all(f"{key}=" in line for line in interval_lines
                for key in ("callbacks", "errors", "rss_kb", "fds", "db_bytes"))
     assert summary["callbacks"] > 0 and summary["errors"] == 0
-    assert summary["runs"] == summary["executions"] and summary["runs_match"] is True
+    # One Run per answered execution; past 1,000 per cron retention removes the oldest
+    # (soak.runs_match checks that per cron).
+    assert summary["runs_match"] is True
+    assert min(summary["executions"], 4 * 1000) <= summary["runs"] <= summary["executions"]
     for key in ("rss_kb", "fds", "db_bytes"):
         assert summary[key]["max"] > 0 and summary[key]["last"] > 0, key
     figures(**{k: summary[k] for k in ("duration_s", "callbacks", "errors", "runs", "rss_kb",
