@@ -1054,6 +1054,7 @@ def build_parser() -> argparse.ArgumentParser:
                              "the writer thread, the checkpoint interval, no retention step, "
                              "the page cache, and synchronous=off as a bound")
     parser.add_argument("--design", action="append", default=[], metavar="NAME",
+                        choices=[d[0] for d in DESIGN_SPACE],
                         help="run only this --design-space point (repeatable): "
                              + ", ".join(d[0] for d in DESIGN_SPACE))
     parser.add_argument("--dup", type=float, default=0.10, help="share of duplicated callbacks (0.10)")

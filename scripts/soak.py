@@ -267,6 +267,7 @@ def main(argv=None) -> int:
             "rate_per_s": round(load.callbacks / max(elapsed, 1e-9), 1),
             "runs": None if runs is None else sum(runs.values()),
             "runs_match": None if runs is None else runs_match(runs, load.per_cron),
+            "rows_per_cron": ROWS_PER_CRON,
             "rss_kb": summarize(samples, "rss_kb"), "fds": summarize(samples, "fds"),
             "db_bytes": summarize(samples, "db_bytes"), "samples": len(samples),
             "server_alive": alive, "server_exit": exit_code,

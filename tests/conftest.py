@@ -172,6 +172,12 @@ def app(make_settings, shadow_env):
 
 
 @pytest.fixture
+def settings(app):
+    """The settings the app fixture was built with."""
+    return app.extensions["qlshadow"]
+
+
+@pytest.fixture
 def client(app):
     return app.test_client()
 

@@ -5,8 +5,10 @@ prove nothing in a test suite. The budgets are judged by a full run, by hand.
 """
 from __future__ import annotations
 
+import glob
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 
@@ -82,10 +84,14 @@ def test_it_measures_every_server_it_must(smoke):
     assert missing == [], results.get("skipped")
 
 
+def test_an_unknown_design_point_is_refused():
+    process = subprocess.run([sys.executable, BENCH, "--design", "ds_no_such_point"],
+                             cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert process.returncode == 2 and "invalid choice" in process.stderr
+
+
 def test_a_design_point_runs_alone_and_gets_its_knobs(smoke):
     # --design runs one point of the design space; its page size needs the database rebuilt.
-    import glob
-    import sqlite3
     _, results = smoke
     assert "ds_page_1024" in results["servers"] and "ds_page_2048" not in results["servers"]
     [path] = glob.glob(os.path.join(results["_workdir"], "qlshadow-bench-*", "ds_page_1024",

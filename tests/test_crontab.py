@@ -21,11 +21,6 @@ def shadow_env() -> dict:
     return {"QL_SCHEDULER": "system"}
 
 
-@pytest.fixture
-def settings(app):
-    return app.extensions["qlshadow"]
-
-
 def cron_lines(text: str) -> list:
     """The lines after the header."""
     return text.splitlines()[1:]

@@ -18,11 +18,6 @@ def shadow_env() -> dict:
     return {"QL_SCHEDULER": "system"}
 
 
-@pytest.fixture
-def settings(app):
-    return app.extensions["qlshadow"]
-
-
 def read(path: str) -> str:
     with open(path, encoding="utf-8") as fh:
         return fh.read()

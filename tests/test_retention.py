@@ -31,11 +31,6 @@ def shadow_env() -> dict:
     return SHADOW_ON
 
 
-@pytest.fixture
-def settings(app):
-    return app.extensions["qlshadow"]
-
-
 def callback(cron_id: int, status: int, n: int, accepted: int, now: int) -> None:
     """One running (0) or idle (1) callback of execution n of a cron, at server time now."""
     cb = parse_status_callback({

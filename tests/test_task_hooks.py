@@ -41,11 +41,6 @@ def shadow_env() -> dict:
     return {"QL_SCHEDULER": "system"}
 
 
-@pytest.fixture
-def settings(app):
-    return app.extensions["qlshadow"]
-
-
 def only_line(settings) -> str:
     with db.database.connection_context():
         lines = crontab.render(settings).splitlines()[1:]
