@@ -72,8 +72,7 @@ WRITER_THREAD = True
 def cmd_serve(args) -> int:
     # Flask and waitress load only for serve: the other commands (a task's token refresh
     # among them) start faster and smaller without them.
-    from waitress.server import create_server
-
+    from .serving import make_server
     from .views import create_app, fastpath
     settings = _settings(args)
     app = create_app(settings)
@@ -94,9 +93,9 @@ def cmd_serve(args) -> int:
         reason = getattr(exc, "strerror", None) or str(exc)
         raise CliError(f"QL_HOST={settings.host!r} does not resolve to an address: {reason}") from None
     try:
-        server = create_server(fastpath.mount(app), host=settings.host, port=settings.port, threads=settings.threads,
-                               max_request_body_size=backstop, ident="qlshadow",
-                               clear_untrusted_proxy_headers=True)
+        server = make_server(fastpath.mount(app), settings.threads, host=settings.host,
+                             port=settings.port, max_request_body_size=backstop,
+                             ident="qlshadow", clear_untrusted_proxy_headers=True)
     except OSError as exc:
         # A name that does not resolve, an address this host does not have, a port in use.
         reason = exc.strerror or str(exc)
