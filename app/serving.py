@@ -91,8 +91,12 @@ def _nothing() -> None:
     pass
 
 
+# The bench turns this off to measure the worker-thread shape side by side.
+LOOP_THREAD = True
+
+
 def make_server(app, threads: int, **options):
     """The server `serve` runs: answered on the loop thread with one thread, else workers."""
-    if threads == 1:
+    if threads == 1 and LOOP_THREAD:
         return LoopServer(app, **options)
     return create_server(app, threads=threads, **options)

@@ -150,16 +150,18 @@ FLOOR_THREADS = 4
 # off, or the metrics counters replaced by no-ops. The thread count comes from QL_THREADS.
 VARIANT_SOURCE = r'''
 import os, sys
-from qlshadow import cli, db, metrics
+from qlshadow import cli, db, metrics, serving
 from qlshadow.views import callback, fastpath
 mode, interval, writer, counters = sys.argv[1:5]
 if mode == "flask":
     fastpath.mount = lambda app: app
+if mode in ("flask", "worker"):  # requests on waitress worker threads, even with one
+    serving.LOOP_THREAD = False
 if counters == "nometrics":
     metrics.count_callback = metrics.count_shadow = lambda name: None
 # Knobs of --design-space only (never product settings): SQLite pragmas, no retention step.
 pragmas = dict(db.SQLITE_PRAGMAS)
-for key in ("wal_autocheckpoint", "synchronous", "cache_size", "page_size"):
+for key in ("wal_autocheckpoint", "synchronous", "cache_size", "page_size", "journal_size_limit"):
     if os.environ.get("BENCH_" + key.upper()):
         pragmas[key] = os.environ["BENCH_" + key.upper()]
 db.SQLITE_PRAGMAS = tuple(pragmas.items())
@@ -193,11 +195,14 @@ for _ in range(n):
 print((time.process_time() - t) / n * 1e6)
 '''
 
-# name, route, switch interval, writer thread (when threads > 1), counters, QL_THREADS
+# name, route ("fast": the fast path, answered on the loop thread when QL_THREADS is 1;
+# "worker": the fast path on waitress worker threads; "flask": the Flask route on workers),
+# switch interval, writer thread (when threads > 1), counters, QL_THREADS
 VARIANTS = (
     ("on_flask_4t_5ms", "flask", "0.005", "inline", "metrics", 4),  # before issue 13
-    ("on_fast_4t_writer", "fast", "0.0005", "writer", "metrics", 4),  # shipped before
+    ("on_fast_4t_writer", "fast", "0.0005", "writer", "metrics", 4),
     ("on_fast_4t_inline", "fast", "0.0005", "inline", "metrics", 4),
+    ("on_worker_1t", "worker", "0.0005", "inline", "metrics", 1),  # shipped before the loop
     ("on_fast_1t_5ms", "fast", "0.005", "inline", "metrics", 1),
     ("on_nometrics", "fast", "0.0005", "writer", "nometrics", None),  # the shipped design
 )
@@ -216,6 +221,8 @@ DESIGN_SPACE = (
                                       "BENCH_WAL_AUTOCHECKPOINT": "1024"}),
     ("ds_page_2048", None, "writer", {"BENCH_PAGE_SIZE": "2048",
                                       "BENCH_WAL_AUTOCHECKPOINT": "512"}),
+    # The WAL truncated back to exactly 1 MiB (shipped before): cut and regrown every cycle.
+    ("ds_truncate_1mib", None, "writer", {"BENCH_JOURNAL_SIZE_LIMIT": "1048576"}),
     # A bound, not a design: no fsync at all (unsafe on power loss, never shipped).
     ("ds_synchronous_off", None, "writer", {"BENCH_SYNCHRONOUS": "off"}),
 )
