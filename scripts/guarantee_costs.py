@@ -16,7 +16,10 @@ one process and reports the median CPU time per callback of each:
              with a savepoint each (what "one transaction per request" costs)
 
 With --statements it also prints the CPU time of each kind of SQL statement per callback,
-Shadow on and off, timed around the driver's cursor.
+Shadow on and off, timed around the driver's cursor. With --frames it prints the WAL frames
+(pages written) per running and per idle callback, Shadow on and off, by the table or index
+each page belongs to: every frame is a 4 KiB write, and every 256 of them a checkpoint with
+its fsyncs.
 """
 from __future__ import annotations
 
@@ -25,7 +28,9 @@ import collections
 import contextlib
 import io
 import json
+import sqlite3
 import statistics
+import struct
 import sys
 import tempfile
 import time
@@ -159,6 +164,48 @@ def statements(wsgi, token: str, executions: int) -> None:
             print(f"  {seconds / len(batch) * 1e6:7.1f} us  {count / len(batch):5.2f} x  {sql}")
 
 
+def _wal_pages(path: str) -> list:
+    """The page number of every frame now in the WAL (32-byte header, 24 bytes a frame)."""
+    with open(path + "-wal", "rb") as fh:
+        data = fh.read()
+    size = struct.unpack(">I", data[8:12])[0] if len(data) >= 32 else 4096
+    return [struct.unpack(">I", data[at:at + 4])[0] for at in range(32, len(data) - 23, size + 24)]
+
+
+def frames(wsgi, token: str) -> None:
+    """Print WAL frames per running and per idle callback, by b-tree, Shadow on and off."""
+    path = db.database.obj.database
+    conn = db.database.connection()
+    conn.execute("PRAGMA wal_autocheckpoint=0")  # keep every frame of a wave in the WAL
+    for shadow in (True, False):
+        waves = []
+        for wave in range(3):  # the last wave is reported: the first ones grow the tables
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            eids = [f"legacy-system:{1764470000 + shadow * 1000 + wave * 60}:{uuid.uuid4()}"
+                    for _ in range(CRONS)]
+            marks = [0]
+            for status in (0, 1):
+                for n in range(CRONS):
+                    body = {"ids": [str(n + 1)], "pid": str(1000 + n), "status": status,
+                            "log_path": f"/l/f{shadow}-{wave}-{n}.log", "exit_code": 0}
+                    if shadow:
+                        body["execution_id"] = eids[n]
+                    cpu_per_callback(wsgi, token, [json.dumps(body).encode()])
+                marks.append(len(_wal_pages(path)))
+            waves.append((marks, _wal_pages(path)))
+        marks, pages = waves[-1]
+        reader = sqlite3.connect(path)
+        owner = {page: name for name, page in reader.execute("SELECT name, pageno FROM dbstat")}
+        reader.close()
+        print(f"WAL frames per callback, {'Shadow on' if shadow else 'Legacy only'} "
+              f"({CRONS} crons firing together):")
+        for label, part in (("running", pages[marks[0]:marks[1]]), ("idle", pages[marks[1]:marks[2]])):
+            where = collections.Counter(owner.get(page, "freed") for page in part)
+            detail = ", ".join(f"{name} {count / CRONS:.2f}" for name, count in where.most_common())
+            print(f"  {label:8} {len(part) / CRONS:5.2f}  ({detail})")
+    conn.execute(f"PRAGMA wal_autocheckpoint={db.WAL_CHECKPOINT_PAGES}")
+
+
 def grouping(rows: int = 3200) -> tuple:
     """(one-row update in its own transaction, in a 16-request group) in microseconds."""
     conn = db.database.connection()
@@ -187,6 +234,8 @@ def main(argv=None) -> int:
     parser.add_argument("--repeats", type=int, default=3, help="batches per case (default 3)")
     parser.add_argument("--statements", action="store_true",
                         help="also the CPU time of each kind of SQL statement per callback")
+    parser.add_argument("--frames", action="store_true",
+                        help="also the WAL frames (pages written) per callback, by table and index")
     args = parser.parse_args(argv)
 
     wsgi, token = setup()
@@ -231,6 +280,8 @@ def main(argv=None) -> int:
           f"in a 16-request group with a savepoint each {grouped:.1f} us")
     if args.statements:
         statements(wsgi, token, args.callbacks)
+    if args.frames:
+        frames(wsgi, token)
     return 0
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import re
 import sqlite3
 import subprocess
 import sys
@@ -175,6 +176,27 @@ def test_the_guarantee_costs_script_reports_each_cost():
     for figure in ("with the savepoint", "without it", "metrics on", "metrics off",
                    "savepoint cost", "metrics on / off", "one-row update"):
         assert figure in process.stdout, process.stdout
+
+
+def test_the_guarantee_costs_script_counts_wal_frames_by_table():
+    process = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "scripts", "guarantee_costs.py"),
+         "--callbacks", "20", "--repeats", "1", "--frames"],
+        cwd=ROOT, capture_output=True, text=True, timeout=240)
+    assert process.returncode == 0, process.stderr
+    running = {}
+    for block in process.stdout.split("WAL frames per callback, ")[1:]:
+        kind = block.split(" (", 1)[0]
+        line = re.search(r"running\s+([\d.]+)\s+\(([^)]*)\)", block)
+        running[kind] = (float(line.group(1)),
+                         {name: float(n) for name, n in re.findall(r"(\S+) ([\d.]+)", line.group(2))})
+    assert set(running) == {"Shadow on", "Legacy only"}, process.stdout
+    legacy, shadow = running["Legacy only"][1], running["Shadow on"][1]
+    # A running callback writes its cron's page either way; Shadow adds the Run's pages.
+    assert legacy["crons"] == 1.0 and shadow["crons"] == 1.0
+    assert shadow["shadow_runs"] >= 1.0
+    assert not any(name.startswith("shadow_runs") for name in legacy)
+    assert running["Shadow on"][0] > running["Legacy only"][0]
 
 
 def test_the_page_bench_reports_memory_per_page_and_the_counters_ratio(tmp_path):

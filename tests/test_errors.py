@@ -264,3 +264,31 @@ def test_waitress_answers_a_chunked_body_over_the_limit_with_the_json_413(live_s
         connection.close()
 
     assert (status, answer["code"]) == (413, 413)
+
+
+@ONE_BACKEND
+@pytest.mark.parametrize("chunked", [False, True])
+def test_waitress_delivers_a_callback_body_within_the_limit_whole(live_server, chunked):
+    # The fast path reads a declared body straight from waitress and anything else through
+    # werkzeug's stream: both must hand the whole body over.
+    from http.client import HTTPConnection
+    server = live_server()
+    status, cron = http("POST", server.url + "/open/crons", headers=server.headers,
+                        body={"name": "chunky", "command": "true", "schedule": "* * * * *"})
+    assert status == 200
+    body = json.dumps({"ids": [cron["data"]["id"]], "status": 0, "pid": 4242,
+                       "log_path": "/tmp/" + "l" * 900 + ".log"}).encode()
+    connection = HTTPConnection("127.0.0.1", server.port, timeout=30)
+    try:
+        if chunked:
+            connection.request("PUT", "/open/crons/status", body=iter([body[:300], body[300:]]),
+                               headers={**server.headers, "Transfer-Encoding": "chunked"},
+                               encode_chunked=True)
+        else:
+            connection.request("PUT", "/open/crons/status", body=body, headers=server.headers)
+        response = connection.getresponse()
+        assert (response.status, response.read()) == (200, b'{"code":200}\n')
+    finally:
+        connection.close()
+    status, found = http("GET", f"{server.url}/open/crons/{cron['data']['id']}", headers=server.headers)
+    assert (found["data"]["pid"], found["data"]["log_path"]) == (4242, "/tmp/" + "l" * 900 + ".log")

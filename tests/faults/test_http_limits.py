@@ -91,8 +91,10 @@ def test_a_body_over_ql_max_body_gets_the_json_413(live_server, db_url):
 
 
 @ONE_BACKEND
-def test_slow_loris_clients_do_not_starve_the_worker_threads(live_server, db_url, figures):
-    server = live_server(**SHADOW, QL_THREADS="2")
+@pytest.mark.parametrize("threads", [1, 2])  # 1: answered on waitress's loop thread itself
+def test_slow_loris_clients_do_not_starve_the_worker_threads(live_server, db_url, figures,
+                                                            threads):
+    server = live_server(**SHADOW, QL_THREADS=str(threads))
     cron_id = make_crons(server.url, server.headers, 1)[0]
     head = request_head(server.port, server.token, 1000)
     # Header dribblers send the request head byte by byte; body dribblers send the whole
@@ -138,5 +140,5 @@ def test_slow_loris_clients_do_not_starve_the_worker_threads(live_server, db_url
         summary = inspector.check(runs_exactly=sent, open_instances=False,
                                   crons={cron_id: {"status": 1}})
     assert summary["runs"] == 5
-    figures(slow_header_sockets=SLOW_HEADERS, slow_body_sockets=SLOW_BODIES, worker_threads=2,
+    figures(slow_header_sockets=SLOW_HEADERS, slow_body_sockets=SLOW_BODIES, worker_threads=threads,
             normal_callbacks_answered=len(answered))
