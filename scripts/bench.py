@@ -207,7 +207,7 @@ VARIANTS = (
     ("on_nometrics", "fast", "0.0005", "writer", "nometrics", None),  # the shipped design
 )
 # --design-space: more points around the shipped design (Shadow on, SQLite), each changing
-# one thing: (name, QL_THREADS, writer thread, BENCH_* knobs).
+# one thing: (name, QL_THREADS, writer thread, BENCH_* knobs and environment).
 DESIGN_SPACE = (
     ("ds_2t_writer", 2, "writer", {}),
     ("ds_2t_inline", 2, "inline", {}),
@@ -223,8 +223,11 @@ DESIGN_SPACE = (
                                       "BENCH_WAL_AUTOCHECKPOINT": "512"}),
     # The WAL truncated back to exactly 1 MiB (shipped before): cut and regrown every cycle.
     ("ds_truncate_1mib", None, "writer", {"BENCH_JOURNAL_SIZE_LIMIT": "1048576"}),
-    # A bound, not a design: no fsync at all (unsafe on power loss, never shipped).
+    # A bound, not a design: no fsync at all (unsafe on power loss, never shipped); with
+    # Shadow off too, for what the checkpoints' fsyncs cost each side of Shadow on / off.
     ("ds_synchronous_off", None, "writer", {"BENCH_SYNCHRONOUS": "off"}),
+    ("ds_off_synchronous_off", None, "writer", {"BENCH_SYNCHRONOUS": "off",
+                                                "QL3_SHADOW_ORIGINS": ""}),
 )
 
 # PostgreSQL administration through the servers' driver (the client stays stdlib-only).
