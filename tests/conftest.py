@@ -263,14 +263,19 @@ class LiveServer:
             return fh.read().decode("utf-8", "replace")
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(10)
+        stop_process(self.process)
         self._log.close()
+
+
+def stop_process(process: subprocess.Popen) -> None:
+    """Stop a process this test started, by its PID: SIGTERM, then SIGKILL after 10 s."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(10)
 
 
 @pytest.fixture

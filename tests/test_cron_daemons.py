@@ -18,13 +18,12 @@ import math
 import os
 import re
 import shutil
-import signal
 import subprocess
 import time
 
 import pytest
 
-from conftest import http
+from conftest import http, stop_process
 from shellenv import IN_CI, SYSTEM_PATH, busybox_static, runs_of, start_module_server, wait_for
 
 DAYS = "sun mon tue wed thu fri sat".split()
@@ -109,13 +108,7 @@ class Daemon:
 
     def stop(self, processes=None) -> None:
         for process in reversed(self.processes if processes is None else processes):
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-                try:
-                    process.wait(10)
-                except subprocess.TimeoutExpired:
-                    process.kill()
-                    process.wait(10)
+            stop_process(process)
 
 
 def hostile_commands(base: str) -> dict:

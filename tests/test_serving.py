@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import re
-import signal
 import socket
 import subprocess
 import sys
@@ -17,7 +16,7 @@ import time
 
 import pytest
 
-from conftest import ROOT, http
+from conftest import ROOT, http, stop_process
 
 TOY_APP = r'''
 import sys
@@ -70,13 +69,7 @@ def toy_server(tmp_path):
 
     yield start
     for process, log in started:
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(10)
+        stop_process(process)
         log.close()
 
 
