@@ -178,7 +178,6 @@ def frames(wsgi, token: str) -> None:
     conn = db.database.connection()
     conn.execute("PRAGMA wal_autocheckpoint=0")  # keep every frame of a wave in the WAL
     for shadow in (True, False):
-        waves = []
         for wave in range(3):  # the last wave is reported: the first ones grow the tables
             conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
             eids = [f"legacy-system:{1764470000 + shadow * 1000 + wave * 60}:{uuid.uuid4()}"
@@ -192,8 +191,7 @@ def frames(wsgi, token: str) -> None:
                         body["execution_id"] = eids[n]
                     cpu_per_callback(wsgi, token, [json.dumps(body).encode()])
                 marks.append(len(_wal_pages(path)))
-            waves.append((marks, _wal_pages(path)))
-        marks, pages = waves[-1]
+        pages = _wal_pages(path)
         reader = sqlite3.connect(path)
         owner = {page: name for name, page in reader.execute("SELECT name, pageno FROM dbstat")}
         reader.close()

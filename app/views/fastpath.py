@@ -68,9 +68,10 @@ def _body(environ, max_body: int) -> bytes:
     the limit (werkzeug's wrapper cost 7 µs a callback); anything else (chunked, no length,
     too large) through werkzeug's stream, with the very 413 Flask gives."""
     length = environ.get("CONTENT_LENGTH", "")
-    if (length.isascii() and length.isdigit() and int(length) <= max_body
-            and "HTTP_TRANSFER_ENCODING" not in environ):
-        return environ["wsgi.input"].read(int(length))
+    if length.isascii() and length.isdigit() and "HTTP_TRANSFER_ENCODING" not in environ:
+        size = int(length)
+        if size <= max_body:
+            return environ["wsgi.input"].read(size)
     return get_input_stream(environ, max_content_length=max_body).read()
 
 
