@@ -244,8 +244,43 @@ def create_schema() -> str:
             if not is_sqlite(db):
                 # Two processes starting at once must not race on CREATE TABLE.
                 db.execute_sql("SELECT pg_advisory_xact_lock(4460446)")
+            if db.get_primary_keys("shadow_runs") == ["project_id", "idempotency_key"]:
+                _rekey_runs(db)
             db.create_tables(ALL_MODELS, safe=True)
     return mode
+
+
+def _rekey_runs(db: Database) -> None:
+    """Re-key an older shadow_runs by (accepted_at, id), keeping every row.
+
+    Older databases keyed it by (project_id, idempotency_key), with an (accepted_at, id)
+    index for the order that is now the key itself (models.ShadowRun). Runs in the caller's
+    transaction: a failure (a full disk, say) leaves the old table exactly as it was.
+    """
+    try:
+        with db.atomic():
+            if is_sqlite(db):
+                # SQLite cannot change a table's key: the rows are copied into a new table,
+                # which needs as much free space again as the table while it runs.
+                columns = ", ".join(f'"{f.column_name}"' for f in ShadowRun._meta.sorted_fields)
+                db.execute_sql('ALTER TABLE "shadow_runs" RENAME TO "shadow_runs_old"')
+                for index in db.get_indexes("shadow_runs_old"):  # they moved with the table
+                    if index.sql:  # not a key's own index, which goes with the table
+                        db.execute_sql(f'DROP INDEX "{index.name}"')
+                db.create_tables([ShadowRun])
+                db.execute_sql(f'INSERT INTO "shadow_runs" ({columns}) '
+                               f'SELECT {columns} FROM "shadow_runs_old"')
+                db.execute_sql('DROP TABLE "shadow_runs_old"')
+            else:
+                db.execute_sql('ALTER TABLE "shadow_runs" DROP CONSTRAINT "shadow_runs_pkey", '
+                               'ADD PRIMARY KEY ("accepted_at", "id")')
+                db.execute_sql('DROP INDEX IF EXISTS "shadow_runs_accepted"')
+            rows = db.execute_sql('SELECT COUNT(*) FROM "shadow_runs"').fetchone()[0]
+    except DatabaseError as exc:
+        raise Unavailable(f"cannot re-key shadow_runs by (accepted_at, id): "
+                          f"{failure_cause(exc)}; the database is unchanged") from None
+    # A warning so that it shows once whichever command opened the database first.
+    log.warning("shadow_runs re-keyed by (accepted_at, id), %d Runs kept", rows)
 
 
 def ensure_connection() -> None:

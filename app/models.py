@@ -126,8 +126,12 @@ class Token(BaseModel):
 class ShadowRun(BaseModel):
     """One Shadow Run with its single Attempt and its events, in one row.
 
-    Keyed by the unique (project_id, idempotency_key) so that admission, replay and state
-    changes touch one B-tree page; on SQLite the table is WITHOUT ROWID for the same reason.
+    Keyed by (accepted_at, id). The run id is a function of (project_id, idempotency_key)
+    (docs/CONTRACT.md), so the key is unique exactly when they are, and it is also the order
+    every Run listing, window and age deletion reads: one B-tree holds the rows and serves
+    admission, replay, state changes and those reads. On SQLite the table is WITHOUT ROWID
+    for the same reason. Older databases keyed it by (project_id, idempotency_key), with a
+    separate (accepted_at, id) index; db.create_schema rebuilds such a table once.
     """
     project_id = TextField()
     idempotency_key = TextField()
@@ -153,18 +157,14 @@ class ShadowRun(BaseModel):
 
     class Meta:
         table_name = "shadow_runs"
-        primary_key = CompositeKey("project_id", "idempotency_key")
+        primary_key = CompositeKey("accepted_at", "id")
 
 
 # Runs are listed newest first by run id, and a run id begins with its accepted seconds, so
-# ordering by (accepted_at, id) is the same order. Two indexes, each one more page written
-# when a Run is created (never when it advances: neither column changes):
-# - (accepted_at, id): GET /open/runs unfiltered, GET /open/runs/<id> on both databases
-#   (accepted_at is read from the id), and retention's oldest-first age deletes;
-# - (cron_id, accepted_at, id): GET /open/runs?cron_id=, the per-cron row cap, and a cron's
-#   Runs in an accepted_at window (reconciliation).
-ShadowRun.add_index(ShadowRun.index(ShadowRun.accepted_at, ShadowRun.id,
-                                    name="shadow_runs_accepted"))
+# ordering by the key (accepted_at, id) is the same order. One index, one more page written
+# when a Run is created (never when it advances: its columns never change):
+# (cron_id, accepted_at, id): GET /open/runs?cron_id=, the per-cron row cap, and a cron's
+# Runs in an accepted_at window (reconciliation).
 ShadowRun.add_index(ShadowRun.index(ShadowRun.cron_id, ShadowRun.accepted_at, ShadowRun.id,
                                     name="shadow_runs_cron"))
 

@@ -216,14 +216,10 @@ _STATS = (
     'MIN("task_revision"), MAX("task_revision") '
     'FROM "shadow_runs" WHERE {where} '
     'GROUP BY "cron_id"')
-# On SQLite the window is also a range of the primary key: the execution id, and so the
-# key, begins with the accepted seconds, and SQLite compares text as bytes. Reading the
-# window's rows in key order is one sequential pass; going through the (cron_id,
-# accepted_at) index would cost a key lookup per Run. Valid while since and until have
-# the same number of digits (every epoch second from 2001 to 2286 has ten). The unary +
-# keeps SQLite's planner from skip-scanning that index instead.
-_BY_KEY = ('+"accepted_at" >= ? AND +"accepted_at" < ? AND "project_id" = ? '
-           'AND "idempotency_key" >= ? AND "idempotency_key" < ?')
+# With several crons on SQLite the window is read as a range of the table's key
+# (accepted_at, id): one sequential pass, where the (cron_id, accepted_at) index would cost a
+# key lookup per Run; rows of other crons are dropped here.
+_BY_KEY = '"accepted_at" >= ? AND "accepted_at" < ?'
 _BY_CRON = '"accepted_at" >= ? AND "accepted_at" < ? AND '
 
 # Firings are matched with Runs by minute: index shadow_runs(cron_id, accepted_at) covers it.
@@ -253,10 +249,8 @@ def _in(column: str, ids: list) -> str:
 
 def _runs_where(ids: list, since: int, until: int) -> tuple:
     """The WHERE clause and parameters that select the window's Runs of crons ids."""
-    from .shadow.ids import PROJECT_ID
-    if is_sqlite() and len(ids) > 1 and len(str(since)) == len(str(until)):
-        return _BY_KEY, [since, until, PROJECT_ID, f"legacy-system:{since}:",
-                         f"legacy-system:{until}:"]
+    if is_sqlite() and len(ids) > 1:
+        return _BY_KEY, [since, until]
     return _BY_CRON + _in('"cron_id"', ids), [since, until]
 
 

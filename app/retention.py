@@ -130,14 +130,16 @@ def _next_log_folder(log_dir: str) -> str:
 
 # --- the statements (hand-written: the write path runs them; '?' adapted by prebuilt) ----
 
-_RUN_KEY = '("project_id", "idempotency_key")'
 # Age counts on the server's clock: a Run goes when it both was accepted (router clock, in
 # the execution id) and exited (server clock) before the cutoff, so a task clock that was
-# far behind before NTP never makes a fresh Run look old. Oldest first through
-# shadow_runs_accepted, looking at no more than `limit` exited Runs per statement.
-_EXPIRED_RUNS = (f'DELETE FROM "shadow_runs" WHERE {_RUN_KEY} IN (SELECT "project_id", '
-                 '"idempotency_key" FROM "shadow_runs" WHERE "accepted_at" < ? AND '
-                 '"state" = \'exited\' ORDER BY "accepted_at" LIMIT ?) AND "finished_at" < ?')
+# far behind before NTP never makes a fresh Run look old. Oldest first by the table's key,
+# looking at no more than `limit` exited Runs per step: the step finds the first exited Run
+# beyond them and deletes below it, a range of the key. (Not "key IN (subquery)": SQLite
+# 3.40 looks a row value of an integer and a text column up by its first column only.)
+_EXPIRED_RUNS_STOP = ('SELECT "accepted_at", "id" FROM "shadow_runs" WHERE "accepted_at" < ? '
+                      'AND "state" = \'exited\' ORDER BY "accepted_at", "id" LIMIT 1 OFFSET ?')
+_EXPIRED_RUNS = ('DELETE FROM "shadow_runs" WHERE ("accepted_at", "id") < (?, ?) AND '
+                 '"state" = \'exited\' AND "finished_at" < ?')
 # Ids grow with insertion time, so the oldest finished rows come first by primary key;
 # running rows are skipped (they may still finish) and only those finished before the
 # cutoff among the first `limit` are deleted, so a step reads a bounded number of rows.
@@ -148,9 +150,10 @@ _EXPIRED_INSTANCES = ('DELETE FROM "running_instances" WHERE "id" IN (SELECT "id
 # running_instances_cron): everything below it goes, oldest first, a batch at a time.
 _RUN_BOUNDARY = ('SELECT "accepted_at", "id" FROM "shadow_runs" WHERE "cron_id" = ? '
                  'ORDER BY "accepted_at" DESC, "id" DESC LIMIT 1 OFFSET ?')
-_CAPPED_RUNS = (f'DELETE FROM "shadow_runs" WHERE {_RUN_KEY} IN (SELECT "project_id", '
-                '"idempotency_key" FROM "shadow_runs" WHERE "cron_id" = ? AND '
-                '("accepted_at", "id") < (?, ?) ORDER BY "accepted_at", "id" LIMIT ?)')
+_CAPPED_RUNS_STOP = ('SELECT "accepted_at", "id" FROM "shadow_runs" WHERE "cron_id" = ? AND '
+                     '("accepted_at", "id") < (?, ?) ORDER BY "accepted_at", "id" '
+                     'LIMIT 1 OFFSET ?')
+_CAPPED_RUNS = 'DELETE FROM "shadow_runs" WHERE "cron_id" = ? AND ("accepted_at", "id") < (?, ?)'
 _INSTANCE_BOUNDARY = ('SELECT "id" FROM "running_instances" WHERE "cron_id" = ? '
                       'ORDER BY "id" DESC LIMIT 1 OFFSET ?')
 _CAPPED_INSTANCES = ('DELETE FROM "running_instances" WHERE "id" IN (SELECT "id" FROM '
@@ -165,7 +168,10 @@ _FIRST_INSTANCE_CRON = 'SELECT "cron_id" FROM "running_instances" ORDER BY "cron
 
 def expired_runs(cutoff: int, limit: int) -> int:
     """Delete, among the oldest limit exited Runs, those accepted and exited before cutoff."""
-    return database.obj.execute_sql(prebuilt(_EXPIRED_RUNS), (cutoff, limit, cutoff)).rowcount
+    execute = database.obj.execute_sql
+    # With no more than limit of them, all are in reach: below (cutoff, "") is before cutoff.
+    stop = execute(prebuilt(_EXPIRED_RUNS_STOP), (cutoff, limit)).fetchone() or (cutoff, "")
+    return execute(prebuilt(_EXPIRED_RUNS), (*stop, cutoff)).rowcount
 
 
 def expired_instances(cutoff: int, limit: int) -> int:
@@ -179,7 +185,8 @@ def capped_runs(cron_id: int, cap: int, limit: int) -> int:
     boundary = execute(prebuilt(_RUN_BOUNDARY), (cron_id, cap - 1)).fetchone()
     if boundary is None:
         return 0
-    return execute(prebuilt(_CAPPED_RUNS), (cron_id, *boundary, limit)).rowcount
+    stop = execute(prebuilt(_CAPPED_RUNS_STOP), (cron_id, *boundary, limit)).fetchone()
+    return execute(prebuilt(_CAPPED_RUNS), (cron_id, *(stop or boundary))).rowcount
 
 
 def capped_instances(cron_id: int, cap: int, limit: int) -> int:
@@ -288,7 +295,7 @@ def prune(settings, now: int) -> dict:
 
 
 def _expired_runs_all(cutoff: int) -> int:
-    """Every exited Run accepted and exited before cutoff, walking shadow_runs_accepted."""
+    """Every exited Run accepted and exited before cutoff, walking the table's key."""
     from .db import write_transaction
     execute = database.obj.execute_sql
     window = prebuilt('SELECT "accepted_at", "id" FROM "shadow_runs" WHERE "accepted_at" < ? '

@@ -64,7 +64,7 @@ class Inspector:
 
     def rows(self, table: str) -> list:
         """Every row of a table as dicts, in primary-key order."""
-        order = "project_id, idempotency_key" if table == "shadow_runs" else (
+        order = "accepted_at, id" if table == "shadow_runs" else (
             "token_hash" if table == "tokens" else "id")
         cur = self.conn.cursor()
         cur.execute(f"SELECT * FROM {table} ORDER BY {order}")

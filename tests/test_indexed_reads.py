@@ -66,10 +66,14 @@ def plan_lines(sql: str, params: tuple) -> list:
         database.execute_sql("RESET enable_sort")
 
 
-# A rowid table walked in primary-key order under a LIMIT reads only `limit` rows; SQLite
-# prints that as SCAN too (the failures page, the oldest instances retention looks at).
-ROWID_TABLES = ("shadow_failures", "crons", "running_instances")
-PRIMARY_KEY_WALK = re.compile(r'ORDER BY ("t\d+"\.)?"id"( DESC)? LIMIT')
+# A table walked in primary-key order under a LIMIT reads only `limit` rows; SQLite prints
+# that as SCAN too (the failures page, the oldest instances retention looks at, the newest
+# Runs: shadow_runs is keyed by (accepted_at, id)).
+_ID_WALK = re.compile(r'ORDER BY ("t\d+"\.)?"id"( DESC)? LIMIT')
+PRIMARY_KEY_WALKS = {
+    "shadow_failures": _ID_WALK, "crons": _ID_WALK, "running_instances": _ID_WALK,
+    "shadow_runs": re.compile(r'ORDER BY ("t\d+"\.)?"accepted_at"( DESC)?, '
+                              r'("t\d+"\.)?"id"( DESC)? LIMIT')}
 
 
 def full_scans_and_sorts(sql: str, params: tuple) -> list:
@@ -82,7 +86,7 @@ def full_scans_and_sorts(sql: str, params: tuple) -> list:
             table = text.split()[1] if scan else ""
             if table == "t1":  # Peewee's alias: the table it names
                 table = re.search(r'FROM "(\w+)" AS "t1"', sql).group(1)
-            if scan and table in ROWID_TABLES and PRIMARY_KEY_WALK.search(sql):
+            if scan and table in PRIMARY_KEY_WALKS and PRIMARY_KEY_WALKS[table].search(sql):
                 continue
             if scan or "TEMP B-TREE" in text:
                 bad.append(text)

@@ -7,11 +7,27 @@ import pytest
 
 from qlshadow import db
 from qlshadow.legacy import apply_status_callback, parse_status_callback
+from peewee import CompositeKey
+
 from qlshadow.models import App, Cron, RunningInstance, ShadowFailure, ShadowRun, Token
-from qlshadow.shadow.writer import observe
+from qlshadow.shadow import reader
+from qlshadow.shadow.ids import attempt_id, run_id
+from qlshadow.shadow.writer import cron_revision, observe
 from conftest import cli_env, run_cli
 
 OLD_MODELS = (Cron, RunningInstance, App, Token)
+
+
+class RequestKeyedRun(ShadowRun):
+    """shadow_runs as older releases made it: keyed by (project_id, idempotency_key)."""
+
+    class Meta:
+        table_name = "shadow_runs"
+        primary_key = CompositeKey("project_id", "idempotency_key")
+
+
+RequestKeyedRun.add_index(RequestKeyedRun.index(RequestKeyedRun.accepted_at, RequestKeyedRun.id,
+                                                name="shadow_runs_accepted"))
 
 
 def snapshot() -> dict:
@@ -85,7 +101,7 @@ def test_on_sqlite_the_added_run_table_is_without_rowid(old_database):
     assert sql.rstrip().upper().endswith("WITHOUT ROWID")
 
 
-NEW_INDEXES = {"running_instances_cron", "shadow_runs_accepted", "shadow_runs_cron"}
+NEW_INDEXES = {"running_instances_cron", "shadow_runs_cron"}
 
 
 def index_names(database) -> set:
@@ -104,10 +120,10 @@ def database_without_indexes(make_settings):
     db.bind(database)
     if db.is_sqlite(database):
         os.makedirs(os.path.dirname(database.database), exist_ok=True)
-    ShadowRun._meta.without_rowid = db.is_sqlite(database)
+    RequestKeyedRun._meta.without_rowid = db.is_sqlite(database)
     with database.connection_context():
-        database.create_tables(OLD_MODELS + (ShadowRun, ShadowFailure))
-        for name in NEW_INDEXES:
+        database.create_tables(OLD_MODELS + (RequestKeyedRun, ShadowFailure))
+        for name in NEW_INDEXES | {"shadow_runs_accepted"}:
             database.execute_sql(f"DROP INDEX {name}")
         with database.atomic():
             cron = Cron.insert(name="backup", command="task backup.sh", schedule="*/5 * * * *",
@@ -127,3 +143,119 @@ def test_start_up_adds_the_read_indexes_to_an_existing_database_and_keeps_its_ro
         assert NEW_INDEXES <= index_names(database)
         assert {m._meta.table_name: list(m.select().dicts())
                 for m in (Cron, RunningInstance)} == rows
+        assert database.get_primary_keys("shadow_runs") == ["accepted_at", "id"]
+
+
+def old_key(seconds: int, n: int) -> str:
+    return f"legacy-system:{seconds}:3f2b8c1e-9d4a-4e6b-8f1a-2c3d4e5f6a{n:02x}"
+
+
+def old_run(cron_id: int, seconds: int, n: int, state: str, **columns) -> dict:
+    """A stored Run as the writer of an older release left it (the cron must exist)."""
+    key = old_key(seconds, n)
+    exited = state == "exited"
+    row = dict(project_id="default", idempotency_key=key, id=run_id(key, seconds),
+               attempt_id=attempt_id(key, seconds), request_id=key,
+               task_identity=f"legacy-cron:{cron_id}", cron_id=cron_id,
+               task_revision=cron_revision(Cron.select().where(Cron.id == cron_id).dicts().get()),
+               origin="scheduled_system", trigger_type="scheduled_system",
+               triggered_by="legacy:system-crond", execution_owner="legacy",
+               accepted_at=seconds, state=state, pid=100 + n, log_path=f"{n}.log",
+               started_at=seconds, finished_at=seconds + 5 if exited else None,
+               exit_code=0 if exited else None, recorded_at=seconds + 5,
+               events=f"accepted@{seconds} spawned@{seconds} running@{seconds}"
+                      + (f" exited@{seconds + 5}" if exited else ""))
+    row.update(columns)
+    return row
+
+
+def run_rows(database) -> list:
+    with database.connection_context():
+        return sorted(ShadowRun.select().dicts(), key=lambda r: r["idempotency_key"])
+
+
+@pytest.fixture
+def request_keyed_database(make_settings):
+    """A database of the release that keyed Runs by (project_id, idempotency_key)."""
+    settings = make_settings()
+    database = db.make_database(settings.db_url)
+    db.bind(database)
+    if db.is_sqlite(database):
+        os.makedirs(os.path.dirname(database.database), exist_ok=True)
+    RequestKeyedRun._meta.without_rowid = db.is_sqlite(database)
+    with database.connection_context():
+        database.create_tables(OLD_MODELS + (RequestKeyedRun, ShadowFailure))
+        with database.atomic():
+            cron = Cron.insert(name="backup", command="task backup.sh", schedule="*/5 * * * *",
+                               created_at=1, updated_at=2).execute()
+            # two Runs in the same second (their ids order them), one a second later
+            RequestKeyedRun.insert_many([old_run(cron, 1764460800, 1, "exited"),
+                                         old_run(cron, 1764460800, 2, "exited"),
+                                         old_run(cron, 1764460801, 3, "running")]).execute()
+        assert database.get_primary_keys("shadow_runs") == ["project_id", "idempotency_key"]
+    yield settings, database, cron
+    db.discard_connection()
+
+
+def test_db_init_rekeys_the_runs_of_an_older_database_and_keeps_every_row(
+        request_keyed_database):
+    settings, database, _ = request_keyed_database
+    before = run_rows(database)
+    result = run_cli(cli_env(settings), "db", "init")
+    assert "re-keyed by (accepted_at, id), 3 Runs kept" in result.stderr
+    again = run_cli(cli_env(settings), "db", "init")  # once only
+    assert "re-keyed" not in again.stderr
+    assert run_rows(database) == before
+    with database.connection_context():
+        assert database.get_primary_keys("shadow_runs") == ["accepted_at", "id"]
+        names = index_names(database)
+        assert "shadow_runs_cron" in names and "shadow_runs_accepted" not in names
+        # found by the new key, and listed newest first
+        assert [reader.get_run(r["id"])["idempotency_key"] for r in before] == [
+            r["idempotency_key"] for r in before]
+        listed = [r["id"] for r in reader.list_runs(None, None, 10, None)]
+    assert listed == sorted((r["id"] for r in before), reverse=True)
+
+
+def test_runs_kept_by_the_rekey_are_replayed_and_advanced_not_admitted_again(
+        request_keyed_database):
+    settings, database, cron = request_keyed_database
+    run_cli(cli_env(settings), "db", "init")
+    db.bind(database)
+    stored = {r["idempotency_key"]: r for r in run_rows(database)}
+    running, exited = stored[old_key(1764460801, 3)], stored[old_key(1764460800, 1)]
+    with database.connection_context(), db.write_transaction():
+        def send(row, status):
+            cb = parse_status_callback({
+                "ids": [cron], "status": status, "pid": row["pid"], "log_path": row["log_path"],
+                "exit_code": 0, "execution_id": row["idempotency_key"]})
+            return observe(cb, apply_status_callback(cb, 1764460900), 1764460900, 10)
+
+        assert send(running, 1) == "advanced"
+        assert send(exited, 0) == "replayed"
+        assert send(exited, 1) == "replayed"
+    after = {r["idempotency_key"]: r for r in run_rows(database)}
+    assert set(after) == set(stored)
+    assert after[running["idempotency_key"]]["state"] == "exited"
+    assert after[exited["idempotency_key"]] == stored[exited["idempotency_key"]]
+
+
+def test_a_rekey_that_fails_leaves_the_older_database_as_it_was(request_keyed_database):
+    settings, database, cron = request_keyed_database
+    # Two stored Runs that would share one new key: the copy fails half-way on SQLite and
+    # the new key cannot be built on PostgreSQL. Nothing of the change may remain.
+    with database.connection_context():
+        clash = old_run(cron, 1764460800, 1, "exited")
+        RequestKeyedRun.insert(clash | {"idempotency_key": clash["idempotency_key"] + "x"}
+                               ).execute()
+    before = run_rows(database)
+    result = run_cli(cli_env(settings), "db", "init", check=False)
+    assert result.returncode == 1
+    assert "cannot re-key shadow_runs by (accepted_at, id)" in result.stderr
+    assert "the database is unchanged" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert run_rows(database) == before
+    with database.connection_context():
+        assert database.get_primary_keys("shadow_runs") == ["project_id", "idempotency_key"]
+        assert "shadow_runs_accepted" in index_names(database)
+        assert not database.table_exists("shadow_runs_old")

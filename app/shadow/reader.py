@@ -41,8 +41,8 @@ def list_runs(cron_id: int | None, state: str | None, limit: int, before: str | 
     """Runs newest first by run id (which orders by accepted_at); before= pages on.
 
     The order is written (accepted_at, id): the same order as id alone, since a run id
-    begins with its accepted seconds, but one that the indexes shadow_runs_cron and
-    shadow_runs_accepted hold, so no query scans or sorts the table.
+    begins with its accepted seconds, but the one that the table's key and the index
+    shadow_runs_cron hold, so no query scans or sorts the table.
     """
     query = ShadowRun.select()
     if cron_id is not None:
@@ -59,7 +59,7 @@ def list_runs(cron_id: int | None, state: str | None, limit: int, before: str | 
 
 
 def get_run(run_id: str) -> dict | None:
-    """One Run by its id, or None (found through shadow_runs_accepted on both databases)."""
+    """One Run by its id, or None (found by the table's key (accepted_at, id))."""
     seconds = seconds_of_run_id(run_id)
     if seconds is None:
         return None

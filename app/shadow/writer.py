@@ -133,7 +133,7 @@ def _admit(cb: StatusCallback, cron: dict, request_id: str, seconds: int, now: i
                   events=f"accepted@{now} spawned@{now} {target}@{now}")
     if _INSERT_RUN.execute(values).rowcount:
         return "created", ()
-    stored = _load(request_id)  # it existed, or another transaction inserted it first
+    stored = _load(values)  # it existed, or another transaction inserted it first
 
     drift = tuple(f for f in REPLAY_FIELDS if stored[f] != expected[f])
     if drift:
@@ -146,16 +146,18 @@ def _admit(cb: StatusCallback, cron: dict, request_id: str, seconds: int, now: i
         "state": target, "now": now, "exit_code": exit_code,
         "pid": stored["pid"] if stored["pid"] is not None else pid,
         "log_path": stored["log_path"] if stored["log_path"] is not None else log_path,
-        "events": f"{stored['events']} {target}@{now}", "project_id": PROJECT_ID,
-        "request_id": request_id, "stored_state": stored["state"]}).rowcount
+        "events": f"{stored['events']} {target}@{now}", "stored_state": stored["state"],
+        "expected_accepted_at": seconds, "expected_id": expected["id"]}).rowcount
     return ("advanced" if changed else "replayed"), ()
 
 
 # The writer's statements, built from the model by Peewee once (db.Statement) and then
 # only executed: building query objects on every callback was most of its CPU time.
+# A Run is found by its key (accepted_at, id), both known from the execution id; the stored
+# project_id and idempotency_key are then compared like any other replay field.
 def _key():
-    return ((ShadowRun.project_id == slot("project_id"))
-            & (ShadowRun.idempotency_key == slot("request_id")))
+    return ((ShadowRun.accepted_at == slot("expected_accepted_at"))
+            & (ShadowRun.id == slot("expected_id")))
 
 
 _LOAD_FIELDS = REPLAY_FIELDS + ("state", "pid", "log_path", "events")
@@ -170,7 +172,7 @@ _INSERT_RUN = Statement(lambda: ShadowRun.insert({
     ShadowRun.finished_at: slot("finished_at"), ShadowRun.exit_code: slot("exit_code"),
     ShadowRun.events: slot("events"), ShadowRun.recorded_at: slot("now"),
     **{getattr(ShadowRun, f): slot(f"expected_{f}") for f in REPLAY_FIELDS}})
-    .on_conflict(conflict_target=[ShadowRun.project_id, ShadowRun.idempotency_key],
+    .on_conflict(conflict_target=[ShadowRun.accepted_at, ShadowRun.id],
                  action="NOTHING").returning())
 _ADVANCE_RUN = Statement(lambda: ShadowRun.update({
     ShadowRun.state: slot("state"), ShadowRun.finished_at: slot("now"),
@@ -182,7 +184,8 @@ _ADVANCE_RUN = Statement(lambda: ShadowRun.update({
 def _finish_run():
     where = _key() & (ShadowRun.state != "exited")
     for f in REPLAY_FIELDS:
-        where &= getattr(ShadowRun, f) == slot(f"expected_{f}")
+        if f not in ("id", "accepted_at"):  # the key, matched already
+            where &= getattr(ShadowRun, f) == slot(f"expected_{f}")
     return ShadowRun.update({
         ShadowRun.state: "exited", ShadowRun.finished_at: slot("now"),
         ShadowRun.exit_code: slot("exit_code"), ShadowRun.recorded_at: slot("now"),
@@ -194,8 +197,8 @@ def _finish_run():
 _FINISH_RUN = Statement(_finish_run)
 
 
-def _load(request_id: str) -> dict | None:
-    row = _LOAD_RUN.execute({"project_id": PROJECT_ID, "request_id": request_id}).fetchone()
+def _load(values: dict) -> dict | None:
+    row = _LOAD_RUN.execute(values).fetchone()
     return None if row is None else dict(zip(_LOAD_FIELDS, row))
 
 
