@@ -228,6 +228,12 @@ DESIGN_SPACE = (
     ("ds_synchronous_off", None, "writer", {"BENCH_SYNCHRONOUS": "off"}),
     ("ds_off_synchronous_off", None, "writer", {"BENCH_SYNCHRONOUS": "off",
                                                 "QL3_SHADOW_ORIGINS": ""}),
+    # A database at its steady size, as on a router after its first weeks: 20 Runs and
+    # instances per cron are kept (4,000 with 200 crons), so retention frees as many pages
+    # as callbacks fill and the file stops growing; with Shadow off too, for on / off there.
+    ("ds_steady", None, "writer", {"QL_RETENTION_ROWS_PER_CRON": "20"}),
+    ("ds_off_steady", None, "writer", {"QL_RETENTION_ROWS_PER_CRON": "20",
+                                       "QL3_SHADOW_ORIGINS": ""}),
 )
 
 # PostgreSQL administration through the servers' driver (the client stays stdlib-only).
@@ -913,8 +919,13 @@ def references(results: dict) -> list:
                          "value": paired_ratio(s[name], s["floor"])})
             rows.append({"figure": f"{name} p99 / floor p99",
                          "value": ratio(s[name]["sustained"]["p99_ms"], floor["p99_ms"])})
-    if "pg_on" in s and "pg_off" in s:
-        rows.append({"figure": "pg_on / pg_off callbacks/s", "value": paired_ratio(s["pg_on"], s["pg_off"])})
+    # Shadow on / off of the same design, where both sides ran: PostgreSQL, no fsync, and
+    # a database at its steady size.
+    for on_name, off_name in (("pg_on", "pg_off"), ("ds_synchronous_off", "ds_off_synchronous_off"),
+                              ("ds_steady", "ds_off_steady")):
+        if on_name in s and off_name in s:
+            rows.append({"figure": f"{on_name} / {off_name} callbacks/s",
+                         "value": paired_ratio(s[on_name], s[off_name])})
     counters = results.get("metrics_counters_us")
     if counters is not None:
         # What the two counters of a callback cost, timed in a loop: a bound on the

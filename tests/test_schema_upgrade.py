@@ -7,27 +7,15 @@ import pytest
 
 from qlshadow import db
 from qlshadow.legacy import apply_status_callback, parse_status_callback
-from peewee import CompositeKey
-
 from qlshadow.models import App, Cron, RunningInstance, ShadowFailure, ShadowRun, Token
 from qlshadow.shadow import reader
-from qlshadow.shadow.ids import attempt_id, run_id
-from qlshadow.shadow.writer import cron_revision, observe
+from qlshadow.shadow.writer import observe
 from conftest import cli_env, run_cli
+from old_schema import RequestKeyedRun, old_key, old_run
 
 OLD_MODELS = (Cron, RunningInstance, App, Token)
 
 
-class RequestKeyedRun(ShadowRun):
-    """shadow_runs as older releases made it: keyed by (project_id, idempotency_key)."""
-
-    class Meta:
-        table_name = "shadow_runs"
-        primary_key = CompositeKey("project_id", "idempotency_key")
-
-
-RequestKeyedRun.add_index(RequestKeyedRun.index(RequestKeyedRun.accepted_at, RequestKeyedRun.id,
-                                                name="shadow_runs_accepted"))
 
 
 def snapshot() -> dict:
@@ -144,29 +132,6 @@ def test_start_up_adds_the_read_indexes_to_an_existing_database_and_keeps_its_ro
         assert {m._meta.table_name: list(m.select().dicts())
                 for m in (Cron, RunningInstance)} == rows
         assert database.get_primary_keys("shadow_runs") == ["accepted_at", "id"]
-
-
-def old_key(seconds: int, n: int) -> str:
-    return f"legacy-system:{seconds}:3f2b8c1e-9d4a-4e6b-8f1a-2c3d4e5f6a{n:02x}"
-
-
-def old_run(cron_id: int, seconds: int, n: int, state: str, **columns) -> dict:
-    """A stored Run as the writer of an older release left it (the cron must exist)."""
-    key = old_key(seconds, n)
-    exited = state == "exited"
-    row = dict(project_id="default", idempotency_key=key, id=run_id(key, seconds),
-               attempt_id=attempt_id(key, seconds), request_id=key,
-               task_identity=f"legacy-cron:{cron_id}", cron_id=cron_id,
-               task_revision=cron_revision(Cron.select().where(Cron.id == cron_id).dicts().get()),
-               origin="scheduled_system", trigger_type="scheduled_system",
-               triggered_by="legacy:system-crond", execution_owner="legacy",
-               accepted_at=seconds, state=state, pid=100 + n, log_path=f"{n}.log",
-               started_at=seconds, finished_at=seconds + 5 if exited else None,
-               exit_code=0 if exited else None, recorded_at=seconds + 5,
-               events=f"accepted@{seconds} spawned@{seconds} running@{seconds}"
-                      + (f" exited@{seconds + 5}" if exited else ""))
-    row.update(columns)
-    return row
 
 
 def run_rows(database) -> list:

@@ -196,3 +196,69 @@ def test_a_full_data_partition_gives_503_then_prune_recovers_without_a_restart(
     figures(tmpfs_bytes=2 * 1024 * 1024, task_logs_filling=logs, restart=restart,
             callbacks_answered_on_full_disk=len(answered) - 3, runs_after_recovery=after["runs"],
             health_storage=health["data"]["storage"])
+
+
+def test_a_rekey_on_a_full_partition_changes_nothing_and_runs_once_there_is_room(
+        small_tmpfs, tmp_path, backend, figures):
+    # A database of the release that keyed Runs by (project_id, idempotency_key), on a
+    # partition with no room left for the copy that re-keying it needs.
+    from qlshadow import db
+    from qlshadow.models import App, Cron, RunningInstance, ShadowFailure, Token
+    from old_schema import RequestKeyedRun, old_run
+    db_url = f"sqlite:///{small_tmpfs}/qlshadow.db"
+    database = db.make_database(db_url)
+    db.bind(database)
+    RequestKeyedRun._meta.without_rowid = True
+    with database.connection_context():
+        database.create_tables((Cron, RunningInstance, App, Token, RequestKeyedRun, ShadowFailure))
+        cron = Cron.insert(name="backup", command="task backup.sh", schedule="* * * * *",
+                           created_at=1, updated_at=2).execute()
+        rows = [old_run(cron, 1764460800 + 60 * n, n, "exited") for n in range(800)]
+        with database.atomic():
+            for at in range(0, len(rows), 200):
+                RequestKeyedRun.insert_many(rows[at:at + 200]).execute()
+        database.execute_sql("PRAGMA wal_checkpoint(TRUNCATE)")  # the re-key must grow it
+    db.discard_connection()
+    env = {"QL_DATA_DIR": small_tmpfs, "QL_DB_URL": db_url, "QL_SCHEDULER": "node",
+           "QL_CRONTAB_INSTALL": "", "QL_CRONTAB_FILE": str(tmp_path / "crontab.list")}
+    filler, filled = fill_disk(small_tmpfs)
+    # Room to open the database (its -shm file, the WAL's first pages), none for the copy.
+    os.truncate(filler, filled - 256 * 1024)
+
+    full = subprocess.run([sys.executable, "-m", "qlshadow.cli", "db", "init"], cwd=ROOT,
+                          env={**_plain_env(), **env}, capture_output=True, text=True,
+                          timeout=60)
+    assert full.returncode == 1
+    assert full.stderr.strip().endswith(
+        "cannot re-key shadow_runs by (accepted_at, id): disk full; the database is unchanged")
+    assert "Traceback" not in full.stderr
+    with Inspector(db_url) as inspector:
+        assert inspector.integrity() == "ok"
+        before = inspector.rows("shadow_runs")
+        assert len(before) == len(rows)
+        assert _run_key(inspector) == ["project_id", "idempotency_key"]
+        assert "shadow_runs_accepted" in {r[1] for r in inspector.conn.execute(
+            "PRAGMA index_list(shadow_runs)")}
+
+    os.unlink(filler)
+    room = subprocess.run([sys.executable, "-m", "qlshadow.cli", "db", "init"], cwd=ROOT,
+                          env={**_plain_env(), **env}, capture_output=True, text=True,
+                          timeout=60)
+    assert room.returncode == 0, room.stderr
+    assert f"re-keyed by (accepted_at, id), {len(rows)} Runs kept" in room.stderr
+    with Inspector(db_url) as inspector:
+        assert inspector.integrity() == "ok"
+        assert inspector.rows("shadow_runs") == before
+        assert _run_key(inspector) == ["accepted_at", "id"]
+    figures(tmpfs_bytes=4 * 1024 * 1024, runs=len(rows),
+            db_bytes=os.path.getsize(f"{small_tmpfs}/qlshadow.db"))
+
+
+def _plain_env() -> dict:
+    return {k: v for k, v in os.environ.items() if not k.startswith(("QL_", "QL3_"))}
+
+
+def _run_key(inspector) -> list:
+    """The columns of shadow_runs' primary key, in key order."""
+    info = inspector.conn.execute("PRAGMA table_info(shadow_runs)").fetchall()
+    return [name for _, name in sorted((row[5], row[1]) for row in info if row[5])]
