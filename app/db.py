@@ -254,8 +254,8 @@ def _rekey_runs(db: Database) -> None:
     """Re-key an older shadow_runs by (accepted_at, id), keeping every row.
 
     Older databases keyed it by (project_id, idempotency_key), with an (accepted_at, id)
-    index for the order that is now the key itself (models.ShadowRun). Runs in the caller's
-    transaction: a failure (a full disk, say) leaves the old table exactly as it was.
+    index for the order that is now the key itself (models.ShadowRun). Runs in a savepoint
+    of the caller's transaction: a failure (a full disk, say) leaves the table as it was.
     """
     try:
         with db.atomic():

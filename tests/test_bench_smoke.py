@@ -220,3 +220,25 @@ def test_the_page_bench_reports_memory_per_page_and_the_counters_ratio(tmp_path)
         "peak after every page / floor peak", "peak after more callbacks / floor peak"}
     assert all(0.5 < ratio < 5 for ratio in memory["memory"]["ratios"].values())
     assert counters["counters"]["ratio_on_over_off"] > 0
+
+
+def test_the_run_shapes_script_counts_what_each_index_writes():
+    process = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "scripts", "run_shapes.py"),
+         "--waves", "8", "--crons", "40", "--rows", "200", "500"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert process.returncode == 0, process.stderr
+    rows = {}
+    for insert, finish, size, name in re.findall(
+            r"([\d.]+) insert\s+([\d.]+) finish\s+(\d+)-byte rows  (.+)", process.stdout):
+        rows[(name.split(" [")[0].split(" (a bound")[0], int(size))] = (float(insert), float(finish))
+    assert len(rows) == 8, process.stdout
+    shipped = "key (accepted_at, id), index (cron_id, accepted_at, id)"
+    bare = "key (accepted_at, id), no index"
+    for size in (200, 500):
+        # every insert writes at least its leaf, and the index a page more
+        assert rows[(bare, size)][0] >= 1.0
+        assert rows[(shipped, size)][0] > rows[(bare, size)][0] + 0.5
+        assert rows[(shipped, size)][1] >= 1.0  # a finish rewrites the Run's page
+    # fatter rows split pages more often
+    assert rows[(shipped, 500)][0] > rows[(shipped, 200)][0]

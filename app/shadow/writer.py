@@ -154,7 +154,7 @@ def _admit(cb: StatusCallback, cron: dict, request_id: str, seconds: int, now: i
 # The writer's statements, built from the model by Peewee once (db.Statement) and then
 # only executed: building query objects on every callback was most of its CPU time.
 # A Run is found by its key (accepted_at, id), both known from the execution id; the stored
-# project_id and idempotency_key are then compared like any other replay field.
+# request_id (its idempotency key) is then compared with the other replay fields.
 def _key():
     return ((ShadowRun.accepted_at == slot("expected_accepted_at"))
             & (ShadowRun.id == slot("expected_id")))
