@@ -4,9 +4,12 @@ For the tests of the one-time re-key by (accepted_at, id) (db.create_schema).
 """
 from __future__ import annotations
 
+import os
+
 from peewee import CompositeKey
 
-from qlshadow.models import Cron, ShadowRun
+from qlshadow import db
+from qlshadow.models import App, Cron, RunningInstance, ShadowFailure, ShadowRun, Token
 from qlshadow.shadow.ids import attempt_id, run_id
 from qlshadow.shadow.writer import cron_revision
 
@@ -21,6 +24,20 @@ class RequestKeyedRun(ShadowRun):
 
 RequestKeyedRun.add_index(RequestKeyedRun.index(RequestKeyedRun.accepted_at, RequestKeyedRun.id,
                                                 name="shadow_runs_accepted"))
+
+
+def request_keyed_database(db_url: str):
+    """A database at db_url with every table as the release before the Run key made it,
+    bound to the models; empty, its connection closed."""
+    database = db.make_database(db_url)
+    db.bind(database)
+    if db.is_sqlite(database):
+        os.makedirs(os.path.dirname(database.database), exist_ok=True)
+    RequestKeyedRun._meta.without_rowid = db.is_sqlite(database)
+    with database.connection_context():
+        database.create_tables((Cron, RunningInstance, App, Token, RequestKeyedRun,
+                                ShadowFailure))
+    return database
 
 
 def old_key(seconds: int, n: int) -> str:

@@ -11,7 +11,7 @@ from qlshadow.models import App, Cron, RunningInstance, ShadowFailure, ShadowRun
 from qlshadow.shadow import reader
 from qlshadow.shadow.writer import observe
 from conftest import cli_env, run_cli
-from old_schema import RequestKeyedRun, old_key, old_run
+from old_schema import RequestKeyedRun, old_key, old_run, request_keyed_database
 
 OLD_MODELS = (Cron, RunningInstance, App, Token)
 
@@ -104,13 +104,8 @@ def index_names(database) -> set:
 def database_without_indexes(make_settings):
     """A database of the release before the read indexes, holding Runs and instances."""
     settings = make_settings()
-    database = db.make_database(settings.db_url)
-    db.bind(database)
-    if db.is_sqlite(database):
-        os.makedirs(os.path.dirname(database.database), exist_ok=True)
-    RequestKeyedRun._meta.without_rowid = db.is_sqlite(database)
+    database = request_keyed_database(settings.db_url)
     with database.connection_context():
-        database.create_tables(OLD_MODELS + (RequestKeyedRun, ShadowFailure))
         for name in NEW_INDEXES | {"shadow_runs_accepted"}:
             database.execute_sql(f"DROP INDEX {name}")
         with database.atomic():
@@ -140,16 +135,11 @@ def run_rows(database) -> list:
 
 
 @pytest.fixture
-def request_keyed_database(make_settings):
+def request_keyed(make_settings):
     """A database of the release that keyed Runs by (project_id, idempotency_key)."""
     settings = make_settings()
-    database = db.make_database(settings.db_url)
-    db.bind(database)
-    if db.is_sqlite(database):
-        os.makedirs(os.path.dirname(database.database), exist_ok=True)
-    RequestKeyedRun._meta.without_rowid = db.is_sqlite(database)
+    database = request_keyed_database(settings.db_url)
     with database.connection_context():
-        database.create_tables(OLD_MODELS + (RequestKeyedRun, ShadowFailure))
         with database.atomic():
             cron = Cron.insert(name="backup", command="task backup.sh", schedule="*/5 * * * *",
                                created_at=1, updated_at=2).execute()
@@ -163,8 +153,8 @@ def request_keyed_database(make_settings):
 
 
 def test_db_init_rekeys_the_runs_of_an_older_database_and_keeps_every_row(
-        request_keyed_database):
-    settings, database, _ = request_keyed_database
+        request_keyed):
+    settings, database, _ = request_keyed
     before = run_rows(database)
     result = run_cli(cli_env(settings), "db", "init")
     assert "re-keyed by (accepted_at, id), 3 Runs kept" in result.stderr
@@ -183,8 +173,8 @@ def test_db_init_rekeys_the_runs_of_an_older_database_and_keeps_every_row(
 
 
 def test_runs_kept_by_the_rekey_are_replayed_and_advanced_not_admitted_again(
-        request_keyed_database):
-    settings, database, cron = request_keyed_database
+        request_keyed):
+    settings, database, cron = request_keyed
     run_cli(cli_env(settings), "db", "init")
     db.bind(database)
     stored = {r["idempotency_key"]: r for r in run_rows(database)}
@@ -205,8 +195,8 @@ def test_runs_kept_by_the_rekey_are_replayed_and_advanced_not_admitted_again(
     assert after[exited["idempotency_key"]] == stored[exited["idempotency_key"]]
 
 
-def test_a_rekey_that_fails_leaves_the_older_database_as_it_was(request_keyed_database):
-    settings, database, cron = request_keyed_database
+def test_a_rekey_that_fails_leaves_the_older_database_as_it_was(request_keyed):
+    settings, database, cron = request_keyed
     # Two stored Runs that would share one new key: the copy fails half-way on SQLite and
     # the new key cannot be built on PostgreSQL. Nothing of the change may remain.
     with database.connection_context():

@@ -203,14 +203,11 @@ def test_a_rekey_on_a_full_partition_changes_nothing_and_runs_once_there_is_room
     # A database of the release that keyed Runs by (project_id, idempotency_key), on a
     # partition with no room left for the copy that re-keying it needs.
     from qlshadow import db
-    from qlshadow.models import App, Cron, RunningInstance, ShadowFailure, Token
-    from old_schema import RequestKeyedRun, old_run
+    from qlshadow.models import Cron
+    from old_schema import RequestKeyedRun, old_run, request_keyed_database
     db_url = f"sqlite:///{small_tmpfs}/qlshadow.db"
-    database = db.make_database(db_url)
-    db.bind(database)
-    RequestKeyedRun._meta.without_rowid = True
+    database = request_keyed_database(db_url)
     with database.connection_context():
-        database.create_tables((Cron, RunningInstance, App, Token, RequestKeyedRun, ShadowFailure))
         cron = Cron.insert(name="backup", command="task backup.sh", schedule="* * * * *",
                            created_at=1, updated_at=2).execute()
         rows = [old_run(cron, 1764460800 + 60 * n, n, "exited") for n in range(800)]
