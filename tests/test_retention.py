@@ -18,6 +18,7 @@ from qlshadow import db, retention
 from qlshadow.auth import TOKENS_KEPT_PER_APP, issue_token, system_token
 from qlshadow.legacy import apply_status_callback, parse_status_callback
 from qlshadow.models import App, RunningInstance, ShadowRun, Token
+from qlshadow.shadow.ids import run_id
 from qlshadow.shadow.writer import observe
 from conftest import ROOT, SHADOW_ON, cli_env, http, run_cli
 
@@ -144,6 +145,34 @@ def test_the_write_path_deletes_a_small_batch_every_n_callbacks(settings, make_c
 
     assert deleted == 2 * retention.WRITE_BATCH  # one cron's runs and one cron's instances
     assert len(runs()) == before - retention.WRITE_BATCH
+
+
+def test_an_age_step_deletes_exactly_its_batch_of_the_oldest_exited_runs(settings, make_cron):
+    # Runs three to a second (the key orders them by id within it), two old ones running.
+    cron = make_cron()["id"]
+    old = NOW - 40 * DAY
+    for n in range(20):
+        finished = None if n in (3, 4) else old + 60 * (n // 3) + 5
+        execution(cron, n, old + 60 * (n // 3), finished)
+    execution(cron, 99, NOW - DAY, NOW - DAY + 5)  # young: never in reach
+    cutoff = NOW - 30 * DAY
+
+    with db.connected(), db.write_transaction():
+        first = retention.expired_runs(cutoff, 7)
+    left = runs()
+    with db.connected(), db.write_transaction():
+        second = retention.expired_runs(cutoff, 7)
+        third = retention.expired_runs(cutoff, 7)
+        last = retention.expired_runs(cutoff, 7)
+
+    assert (first, second, third, last) == (7, 7, 4, 0)
+
+    def key(n):  # the table's key of execution n's Run
+        accepted = old + 60 * (n // 3)
+        return accepted, run_id(f"legacy-system:{accepted}:{n:08x}-{UUID_TAIL}", accepted)
+    exited_by_key = sorted((n for n in range(20) if n not in (3, 4)), key=key)
+    assert set(left) == {3, 4, 99} | set(exited_by_key[7:])
+    assert runs() == {3: "running", 4: "running", 99: "exited"}
 
 
 @pytest.mark.parametrize("shadow_env", [{**SHADOW_ON, "QL_RETENTION_ROWS_PER_CRON": "5"}])
