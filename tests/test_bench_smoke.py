@@ -242,3 +242,31 @@ def test_the_run_shapes_script_counts_what_each_index_writes():
         assert rows[(shipped, size)][1] >= 1.0  # a finish rewrites the Run's page
     # fatter rows split pages more often
     assert rows[(shipped, 500)][0] > rows[(shipped, 200)][0]
+
+
+def test_the_shadow_bound_script_replays_each_case_and_writes_more_for_each_index():
+    process = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "scripts", "shadow_bound.py"),
+         "--waves", "1", "--repeats", "1", "--off-us", "281"],
+        cwd=ROOT, capture_output=True, text=True, timeout=240)
+    assert process.returncode == 0, process.stderr
+    rows = {}
+    for line in process.stdout.splitlines():
+        found = re.match(r"  (\S.*?)\s+([\d.]+)\s+([\d.]+)\s+(\d+)(?:\s+(-?[\d.]+))?", line)
+        if found:
+            rows[found.group(1)] = int(found.group(4))  # bytes written per callback
+    assert set(rows) == {"legacy", "row", "row+savepoint", "row+sp+cron index",
+                         "row+sp+index, 320 B", "row+sp+index, 520 B", "product, appended",
+                         "product", "product in-process, Shadow on",
+                         "product in-process, Legacy only"}, process.stdout
+    # Bytes written are counted, not timed: each step of the Run writes pages of its own.
+    assert rows["row"] > rows["legacy"]
+    assert rows["row+sp+cron index"] > rows["row+savepoint"]
+    assert rows["row+sp+index, 520 B"] > rows["row+sp+index, 320 B"]
+    assert rows["product"] > rows["row+sp+cron index"]
+    assert rows["product in-process, Shadow on"] > rows["product in-process, Legacy only"]
+    kept_line = process.stdout.split("Runs kept after the replays: ")[1].splitlines()[0]
+    kept = dict(part.split(": ") for part in kept_line.split(" (of ")[0].split("; "))
+    executions = int(re.search(r"\(of (\d+) executions", kept_line).group(1))
+    assert int(kept["row"]) == int(kept["row+sp+index, 520 B"]) == executions
+    assert 0 < int(kept["product"]) == int(kept["product, appended"]) <= executions
