@@ -494,12 +494,14 @@ class _Savepoint:
         self._undo = "ROLLBACK TO SAVEPOINT " + quoted
 
     def __enter__(self):
+        # The transaction around it holds this thread's connection open: no need to ask
+        # Peewee for it (two calls each way, on every Shadow callback).
         with _driver_errors:
-            database.obj.connection().cursor().execute(self._begin)
+            database.obj._state.conn.cursor().execute(self._begin)
 
     def __exit__(self, kind, error, traceback):
         with _driver_errors:
-            cursor = database.obj.connection().cursor()
+            cursor = database.obj._state.conn.cursor()
             if kind is not None:
                 cursor.execute(self._undo)
             cursor.execute(self._release)

@@ -2,6 +2,8 @@
 known values)."""
 from __future__ import annotations
 
+import hashlib
+
 import pytest
 
 from qlshadow.shadow.ids import attempt_id, parse_execution_id, revision_doc, run_id, task_revision
@@ -67,6 +69,26 @@ def test_the_attempt_id_matches_the_spec_vector():
 
 def test_the_run_id_of_second_one_matches_the_spec_vector():
     assert run_id(ONE_ID, 1) == ONE_RUN
+
+
+def test_an_id_does_not_depend_on_the_ids_made_before_it():
+    # The fixed part of the hashed text is hashed once and copied for each id.
+    for _ in range(3):
+        run_id(ONE_ID, 1)
+        attempt_id(VECTOR_ID, 1764460800)
+    assert run_id(VECTOR_ID, 1764460800) == VECTOR_RUN
+    assert attempt_id(VECTOR_ID, 1764460800) == VECTOR_ATTEMPT
+
+
+@pytest.mark.parametrize("project_id", ["default", "other", "prój"])
+def test_an_id_carries_the_sha256_of_its_whole_text_for_any_project(project_id):
+    key = "légacy ✓ not an execution id"
+    for kind, make in (("run", run_id), ("attempt:1", attempt_id)):
+        digest = hashlib.sha256(f"{kind}|{project_id}|{key}|7000".encode()).digest()
+        made = bytes.fromhex(make(key, 7, project_id).replace("-", ""))
+        assert made[:6] == (7000).to_bytes(6, "big")
+        assert made[6:] == bytes((0x70 | (digest[0] & 0x0F), digest[1],
+                                  0x80 | (digest[2] & 0x3F))) + digest[3:10]
 
 
 def test_the_task_revision_matches_the_spec_vector():

@@ -60,11 +60,12 @@ def observe(cb: StatusCallback, crons: dict, now: int, failure_cap: int) -> str:
     Returns the outcome name (for logs and tests); the HTTP answer never depends on it.
     """
     request_id = cb.execution_id if type(cb.execution_id) is str else None
-    if request_id is not None and not storable(request_id):
-        request_id = None  # NUL or a lone surrogate: record the failure without the id
     cron_id = cb.ids[0] if len(cb.ids) == 1 else None
     seconds = parse_execution_id(cb.execution_id)
     if seconds is None:
+        if request_id is not None and not storable(request_id):
+            request_id = None  # NUL or a lone surrogate: record the failure without the id
+        # (a valid execution_id is ASCII without NUL, so only an invalid one needs the check)
         return _refuse("invalid_execution_id", request_id, cron_id,
                        f"execution_id {_short(cb.execution_id)} is not legacy-system:<seconds>:<lowercase uuid v4>",
                        now, failure_cap)
@@ -100,15 +101,6 @@ def observe(cb: StatusCallback, crons: dict, now: int, failure_cap: int) -> str:
 
 
 def _admit(cb: StatusCallback, cron: dict, request_id: str, seconds: int, now: int):
-    expected = {
-        "id": run_id(request_id, seconds),
-        "attempt_id": attempt_id(request_id, seconds),
-        "task_revision": cron_revision(cron),
-        "cron_id": cron["id"],
-        "origin": ORIGIN,
-        "request_id": request_id,
-        "accepted_at": seconds,
-    }
     target = "running" if cb.status == 0 else "exited"
     pid = None if cb.pid is NOT_GIVEN else cb.pid
     log_path = None if cb.log_path is NOT_GIVEN else cb.log_path
@@ -116,9 +108,14 @@ def _admit(cb: StatusCallback, cron: dict, request_id: str, seconds: int, now: i
     started = cb.last_execution_time
     started = started if started is not NOT_GIVEN and started > 0 else seconds
 
+    # The statements' slots; expected_* are the seven replay fields (REPLAY_FIELDS).
     values = {"project_id": PROJECT_ID, "request_id": request_id, "now": now, "pid": pid,
               "log_path": log_path, "exit_code": exit_code,
-              **{f"expected_{f}": expected[f] for f in REPLAY_FIELDS}}
+              "expected_id": run_id(request_id, seconds),
+              "expected_attempt_id": attempt_id(request_id, seconds),
+              "expected_task_revision": cron_revision(cron),
+              "expected_cron_id": cron["id"], "expected_origin": ORIGIN,
+              "expected_request_id": request_id, "expected_accepted_at": seconds}
     if target == "exited":
         # The usual finish: its start made the Run, so one compare-and-set moves it to
         # exited when every replay field matches and it has not exited yet. Anything else
@@ -135,7 +132,7 @@ def _admit(cb: StatusCallback, cron: dict, request_id: str, seconds: int, now: i
         return "created", ()
     stored = _load(values)  # it existed, or another transaction inserted it first
 
-    drift = tuple(f for f in REPLAY_FIELDS if stored[f] != expected[f])
+    drift = tuple(f for f in REPLAY_FIELDS if stored[f] != values["expected_" + f])
     if drift:
         return "drift", drift
     if RANK[target] <= RANK[stored["state"]]:
@@ -147,7 +144,7 @@ def _admit(cb: StatusCallback, cron: dict, request_id: str, seconds: int, now: i
         "pid": stored["pid"] if stored["pid"] is not None else pid,
         "log_path": stored["log_path"] if stored["log_path"] is not None else log_path,
         "events": f"{stored['events']} {target}@{now}", "stored_state": stored["state"],
-        "expected_accepted_at": seconds, "expected_id": expected["id"]}).rowcount
+        "expected_accepted_at": seconds, "expected_id": values["expected_id"]}).rowcount
     return ("advanced" if changed else "replayed"), ()
 
 

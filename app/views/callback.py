@@ -57,9 +57,19 @@ def _write(cb, now: int, shadow: bool, failure_cap: int) -> str:
     prune_on_write(now)
     if not shadow:
         return "off"
-    # Imported here: with Shadow off (the default) the writer is never loaded.
+    return (_observe or _load_writer())(cb, crons, now, failure_cap)
+
+
+_observe = None
+
+
+def _load_writer():
+    # Imported on first use: with Shadow off (the default) the writer is never loaded; once
+    # loaded it is kept here, not looked up by an import statement on every callback.
+    global _observe
     from ..shadow.writer import observe
-    return observe(cb, crons, now, failure_cap)
+    _observe = observe
+    return observe
 
 
 @bp.after_request
