@@ -269,6 +269,10 @@ def main(argv=None) -> int:
         for name, conn in conns.items() if name != "legacy"}
     print("Runs kept after the replays: " + "; ".join(f"{name}: {n}" for name, n in kept.items())
           + f" (of {CRONS * total} executions; the product's retention keeps fewer)")
+    for conn in conns.values():
+        conn.close()
+    db.database.close()
+    shutil.rmtree(directory, ignore_errors=True)  # the databases: tens of MB a run
     return 0
 
 
