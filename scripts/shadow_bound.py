@@ -31,7 +31,6 @@ Legacy-only time would leave: the best any design keeping that much can reach. W
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import os
 import shutil
@@ -91,16 +90,6 @@ class _Recorder:
         return getattr(self.conn, name)
 
 
-def _call(wsgi, token, body):
-    def start_response(status, headers):
-        if not status.startswith("200"):
-            raise RuntimeError(f"callback answered {status}")
-    wsgi({"PATH_INFO": "/open/crons/status", "REQUEST_METHOD": "PUT",
-          "CONTENT_LENGTH": str(len(body)), "wsgi.input": io.BytesIO(body),
-          "wsgi.input_terminated": True, "HTTP_AUTHORIZATION": f"Bearer {token}"},
-         start_response)
-
-
 def _is_shadow(sql: str) -> bool:
     return "shadow_runs" in sql or sql.endswith('"shadow"')
 
@@ -130,8 +119,9 @@ def _bare(kind: str, key: tuple, savepoint: bool, row_bytes: int) -> list:
     else:  # the finish marks it and grows it by an event, as the product's does
         statements = [("UPDATE bare_runs SET finished = 1, body = body || ? "
                        "WHERE accepted_at = ? AND id = ?", (EVENT,) + key[:2])]
-    if savepoint:
-        statements = [('SAVEPOINT "shadow"', ())] + statements + [('RELEASE SAVEPOINT "shadow"', ())]
+    if savepoint:  # the writer's own savepoint statements
+        shadow = db.savepoint("shadow")
+        statements = [(shadow._begin, ())] + statements + [(shadow._release, ())]
     return statements
 
 
@@ -163,6 +153,7 @@ def cases_from(recorded: list) -> dict:
         key = (FIRST_SECOND + 60 * wave, f"{wave * CRONS + n:036d}", n + 1)
         kind = "insert" if status == 0 else "update"
         body, commit = legacy[:-1], legacy[-1]
+        assert commit[0] == "COMMIT", commit  # each callback is one transaction
         out["legacy"][1].append(legacy)
         for name, (savepoint, _, row_bytes) in BARE_CASES.items():
             out[name][1].append(body + _bare(kind, key, savepoint, row_bytes) + [commit])
@@ -239,7 +230,7 @@ def main(argv=None) -> int:
         for wave in range(total):
             for k, body in enumerate(wave_bodies(wave, True)):
                 recorder.current = []
-                _call(wsgi, token, body)
+                guarantee_costs.call(wsgi, token, body)
                 recorded.append(((wave, k % CRONS, k // CRONS), recorder.current))
     finally:
         state.conn = plain
@@ -261,7 +252,7 @@ def main(argv=None) -> int:
             else:  # the product itself, on the database it was recorded on
                 bodies = [body for w in range(args.waves) for body in
                           wave_bodies(total + batch * args.waves + w, name.endswith("on"))]
-                figures[name].append(timed(lambda body: _call(wsgi, token, body), bodies))
+                figures[name].append(timed(lambda body: guarantee_costs.call(wsgi, token, body), bodies))
     report(figures, args, per_batch)
     # The replays wrote what the product did: every execution is one Run in each case.
     kept = {name: conn.execute("SELECT count(*) FROM " + (
