@@ -180,3 +180,31 @@ def page_key(path: str) -> bytes:
         return fh.read().strip()
 
 
+
+
+class TokenCache:
+    """Bearer tokens looked up lately, keyed by their hash: one app's (held by its Runtime).
+
+    A valid token needs no query on the callbacks of the next RECHECK seconds; after that it
+    is looked up again, so a token row deleted to revoke it stops working within RECHECK
+    seconds on every server. Bounded: cleared when full (apps and their tokens are few).
+    """
+    RECHECK = 60
+    MAX = 256
+
+    def __init__(self):
+        self._known: dict = {}  # token hash -> (scopes, expiration, recheck_at)
+
+    def scopes(self, token: str, now: int) -> frozenset | None:
+        """The scopes of a valid token, or None when it is unknown or has expired."""
+        digest = sha256_hex(token)  # the plaintext is never compared or stored
+        known = self._known.get(digest)
+        if known is None or known[2] <= now:
+            found = scopes_for_digest(digest, now)
+            if found is None:
+                self._known.pop(digest, None)
+                return None
+            if len(self._known) >= self.MAX:
+                self._known.clear()
+            known = self._known[digest] = (*found, min(found[1], now + self.RECHECK))
+        return known[0]

@@ -73,7 +73,7 @@ def cmd_serve(args) -> int:
     # Flask and waitress load only for serve: the other commands (a task's token refresh
     # among them) start faster and smaller without them.
     from .serving import make_server
-    from .views import create_app, fastpath
+    from .views import create_app
     settings = _settings(args)
     app = create_app(settings)
     # A short GIL switch interval (see SWITCH_INTERVAL): set once, for this process only.
@@ -93,7 +93,7 @@ def cmd_serve(args) -> int:
         reason = getattr(exc, "strerror", None) or str(exc)
         raise CliError(f"QL_HOST={settings.host!r} does not resolve to an address: {reason}") from None
     try:
-        server = make_server(fastpath.mount(app), settings.threads, host=settings.host,
+        server = make_server(app, settings.threads, host=settings.host,
                              port=settings.port, max_request_body_size=backstop,
                              ident="qlshadow", clear_untrusted_proxy_headers=True)
     except OSError as exc:

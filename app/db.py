@@ -373,53 +373,51 @@ class _SqliteWrite:
 
 
 # --- the outcome of the last write, for /health -------------------------------------------
-# One process-wide record, not per thread: /health must say whether writes work, whichever
-# thread tried last. A failure starts an incident (logged once, with its cause); the next
-# successful write ends it (logged once). No lock on the success path: it reads one global.
 
 SQLITE_FULL, SQLITE_IOERR = 13, 10
 PG_DISK_FULL = "53100"
-_incident: dict | None = None  # {"cause", "since", "failures"} while writes are failing
-_incident_lock = threading.Lock()
 
 
-def note_write_ok() -> None:
-    """Record that a write transaction committed; ends a failure incident (logged once)."""
-    global _incident
-    if _incident is None:
-        return
-    with _incident_lock:
-        if _incident is not None:
-            log.warning("writes succeed again after %d failed (%s)", _incident["failures"],
-                        _incident["cause"])
-            _incident = None
+class WriteHealth:
+    """Whether writes work, for /health: one record per app (held by its Runtime).
 
+    Not per thread: /health must say whether writes work, whichever thread tried last. A
+    failure starts an incident (logged once, with its cause); the next successful write
+    ends it (logged once). No lock on the success path: it reads one attribute.
+    """
 
-def note_write_failed(exc: BaseException) -> None:
-    """Record that a write failed and why; the cause is logged once per incident."""
-    global _incident
-    cause = failure_cause(exc)
-    with _incident_lock:
-        if _incident is None:
-            _incident = {"cause": cause, "since": int(time.time()), "failures": 1}
-            log.warning("writes are failing: %s; writes are refused until one succeeds", cause)
-        else:
-            _incident["failures"] += 1
-            _incident["cause"] = cause
+    def __init__(self):
+        self._incident: dict | None = None  # {"cause", "since", "failures"} while failing
+        self._lock = threading.Lock()
 
+    def note_ok(self) -> None:
+        """Record that a write transaction committed; ends a failure incident (logged once)."""
+        if self._incident is None:
+            return
+        with self._lock:
+            incident = self._incident
+            if incident is not None:
+                log.warning("writes succeed again after %d failed (%s)", incident["failures"],
+                            incident["cause"])
+                self._incident = None
 
-def forget_write_state() -> None:
-    """Start with no failure on record (a new app in this process)."""
-    global _incident
-    _incident = None
+    def note_failed(self, exc: BaseException) -> None:
+        """Record that a write failed and why; the cause is logged once per incident."""
+        cause = failure_cause(exc)
+        with self._lock:
+            if self._incident is None:
+                self._incident = {"cause": cause, "since": int(time.time()), "failures": 1}
+                log.warning("writes are failing: %s; writes are refused until one succeeds", cause)
+            else:
+                self._incident["failures"] += 1
+                self._incident["cause"] = cause
 
-
-def write_state() -> dict:
-    """{"ok", "cause", "since", "failures"} of the last write (ok until one fails)."""
-    incident = _incident
-    if incident is None:
-        return {"ok": True, "cause": None, "since": None, "failures": 0}
-    return {"ok": False, **incident}
+    def state(self) -> dict:
+        """{"ok", "cause", "since", "failures"} of the last write (ok until one fails)."""
+        incident = self._incident
+        if incident is None:
+            return {"ok": True, "cause": None, "since": None, "failures": 0}
+        return {"ok": False, **incident}
 
 
 def failure_cause(exc: BaseException) -> str:

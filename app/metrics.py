@@ -2,7 +2,7 @@
 
 prometheus_client would add about 0.8 MiB of RSS to a 40 MiB process and is not packaged
 for OpenWrt; the format is a few lines. The callback path only adds 1 to a plain integer
-in a dict under one uncontended lock; everything else is read when /metrics is scraped.
+in a dict under one uncontended lock (Counters); everything else is read when /metrics is scraped.
 """
 from __future__ import annotations
 
@@ -20,40 +20,42 @@ RUN_STATES = ("accepted", "spawned", "running", "exited")
 # Per-cron series are bounded like any page of the API.
 MAX_CRON_SERIES = 1000
 
-# The lock makes each increment exact across waitress threads; uncontended it costs well
-# under a microsecond, against about a millisecond for a callback's transaction.
-_lock = threading.Lock()
-_callbacks = dict.fromkeys(CALLBACK_RESULTS, 0)
-_shadow = dict.fromkeys(SHADOW_OUTCOMES, 0)
-_write_errors = [0]
-_started = time.time()
+class Counters:
+    """The in-process counters of one app (held by its Runtime).
 
+    The lock makes each increment exact across waitress threads; uncontended it costs well
+    under a microsecond, against about a millisecond for a callback's transaction.
+    """
 
-def count_callback(result: str) -> None:
-    """Count one status-callback answer by its result name (see CALLBACK_RESULTS)."""
-    if result not in _callbacks:
-        result = "error"
-    with _lock:
-        _callbacks[result] += 1
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._callbacks = dict.fromkeys(CALLBACK_RESULTS, 0)
+        self._shadow = dict.fromkeys(SHADOW_OUTCOMES, 0)
+        self._write_errors = 0
+        self.started = time.time()
 
+    def count_callback(self, result: str) -> None:
+        """Count one status-callback answer by its result name (see CALLBACK_RESULTS)."""
+        if result not in self._callbacks:
+            result = "error"
+        with self._lock:
+            self._callbacks[result] += 1
 
-def count_shadow(outcome: str) -> None:
-    """Count one outcome of the Shadow writer (an unknown name is kept, not dropped)."""
-    with _lock:
-        _shadow[outcome] = _shadow.get(outcome, 0) + 1
+    def count_shadow(self, outcome: str) -> None:
+        """Count one outcome of the Shadow writer (an unknown name is kept, not dropped)."""
+        with self._lock:
+            self._shadow[outcome] = self._shadow.get(outcome, 0) + 1
 
+    def count_write_error(self) -> None:
+        """Count one request whose database work failed and rolled back."""
+        with self._lock:
+            self._write_errors += 1
 
-def count_write_error() -> None:
-    """Count one request whose database work failed and rolled back."""
-    with _lock:
-        _write_errors[0] += 1
-
-
-def snapshot() -> dict:
-    """A consistent copy of the in-process counters."""
-    with _lock:
-        return {"callbacks": dict(_callbacks), "shadow": dict(_shadow),
-                "write_errors": _write_errors[0]}
+    def snapshot(self) -> dict:
+        """A consistent copy of the counters."""
+        with self._lock:
+            return {"callbacks": dict(self._callbacks), "shadow": dict(self._shadow),
+                    "write_errors": self._write_errors}
 
 
 def _escape(value) -> str:
@@ -147,10 +149,10 @@ def last_finishes(limit: int = MAX_CRON_SERIES) -> list:
     return list(query.tuples())
 
 
-def render() -> str:
+def render(counters: Counters) -> str:
     """The whole exposition: in-process counters plus a few cheap reads of the database."""
     from . import __version__
-    counts = snapshot()
+    counts = counters.snapshot()
     out = _Text()
     out.family("qlshadow_build_info", "gauge", "Version of the running qlshadow.",
                [({"version": __version__}, 1)])
@@ -194,5 +196,5 @@ def render() -> str:
         out.family("process_resident_memory_bytes", "gauge", "Resident memory size in bytes.",
                    [({}, rss)])
     out.family("process_start_time_seconds", "gauge",
-               "Start time of the process since the Unix epoch in seconds.", [({}, _started)])
+               "Start time of the process since the Unix epoch in seconds.", [({}, counters.started)])
     return out.text()

@@ -1,6 +1,6 @@
 """Retention: old Runs, finished instances, tokens and task logs are deleted (no Flask).
 
-No timers (ADR-0446): retention runs in two places only. prune_on_write() runs inside a
+No timers (ADR-0446): retention runs in two places only. Pruner.on_write() runs inside a
 callback's write transaction, and every PRUNE_EVERY writes deletes at most a small batch;
 prune() is `qlshadow prune`, for an operator or a crontab line, and deletes everything due.
 
@@ -54,78 +54,71 @@ class Policy:
         return bool(self.log_dir and (self.logs_per_cron or self.log_days))
 
 
-_policy = Policy()
-_writes = itertools.count(1)  # next() is atomic under the GIL: no lock on the hot path
-# Round-robin cursors of the write path: the cron whose cap is checked next, per table,
-# and the log folder pruned next.
-_cursor = {"runs": 0, "instances": 0, "logs": ""}
-
-
-def configure(settings) -> Policy:
-    """Take the retention settings (once, from the app factory or the CLI)."""
-    global _policy
-    _policy = policy_of(settings)
-    return _policy
-
-
 def policy_of(settings) -> Policy:
     return Policy(settings.retention_days, settings.retention_rows_per_cron,
                   settings.retention_logs_per_cron, settings.retention_log_days,
                   settings.log_dir)
 
 
-def prune_on_write(now: int) -> int:
-    """Every PRUNE_EVERY calls, delete at most a small batch of what is due; returns rows+files.
+class Pruner:
+    """The write path's retention: one app's policy and round-robin cursors (its Runtime's)."""
 
-    Meant to run inside a callback's write transaction: one counter step most of the time;
-    otherwise a few indexed statements touching at most WRITE_BATCH rows per rule, one
-    cron's cap and one cron's log folder.
-    """
-    policy = _policy
-    if next(_writes) % PRUNE_EVERY or not (policy.rows_on or policy.logs_on):
-        return 0
-    deleted = 0
-    if policy.days:
-        cutoff = now - policy.days * DAY
-        deleted += expired_runs(cutoff, WRITE_BATCH) + expired_instances(cutoff, WRITE_BATCH)
-    if policy.rows_per_cron:
-        for table, capped, next_sql, first_sql in _CAPS:
-            cron_id = _next_cron(table, next_sql, first_sql)
-            if cron_id is not None:
-                count = capped(cron_id, policy.rows_per_cron, WRITE_BATCH)
-                deleted += count
-                if count == WRITE_BATCH:
-                    # More is due: stay on this cron, so one busy cron among many quiet
-                    # ones is brought back to its cap instead of growing between visits.
-                    _cursor[table] = cron_id - 1
-    if policy.logs_on:
-        folder = _next_log_folder(policy.log_dir)
-        if folder:
-            deleted += prune_log_folder(folder, policy, now, WRITE_BATCH)[0]
-    return deleted
+    def __init__(self, policy: Policy):
+        self.policy = policy
+        self._writes = itertools.count(1)  # next() is atomic under the GIL: no lock here
+        # The cron whose cap is checked next, per table, and the log folder pruned next.
+        self._cursor = {"runs": 0, "instances": 0, "logs": ""}
 
+    def on_write(self, now: int) -> int:
+        """Every PRUNE_EVERY calls, delete at most a small batch of what is due; returns rows+files.
 
-def _next_cron(table: str, next_sql: str, first_sql: str):
-    """The next cron id holding rows in table after the cursor (wrapping); None when empty."""
-    execute = database.obj.execute_sql
-    row = execute(prebuilt(next_sql), (_cursor[table],)).fetchone()
-    if row is None:
-        row = execute(prebuilt(first_sql)).fetchone()
-    _cursor[table] = row[0] if row else 0
-    return row[0] if row else None
+        Meant to run inside a callback's write transaction: one counter step most of the
+        time; otherwise a few indexed statements touching at most WRITE_BATCH rows per rule,
+        one cron's cap and one cron's log folder.
+        """
+        policy = self.policy
+        if next(self._writes) % PRUNE_EVERY or not (policy.rows_on or policy.logs_on):
+            return 0
+        deleted = 0
+        if policy.days:
+            cutoff = now - policy.days * DAY
+            deleted += expired_runs(cutoff, WRITE_BATCH) + expired_instances(cutoff, WRITE_BATCH)
+        if policy.rows_per_cron:
+            for table, capped, next_sql, first_sql in _CAPS:
+                cron_id = self._next_cron(table, next_sql, first_sql)
+                if cron_id is not None:
+                    count = capped(cron_id, policy.rows_per_cron, WRITE_BATCH)
+                    deleted += count
+                    if count == WRITE_BATCH:
+                        # More is due: stay on this cron, so one busy cron among many quiet
+                        # ones is brought back to its cap instead of growing between visits.
+                        self._cursor[table] = cron_id - 1
+        if policy.logs_on:
+            folder = self._next_log_folder(policy.log_dir)
+            if folder:
+                deleted += prune_log_folder(folder, policy, now, WRITE_BATCH)[0]
+        return deleted
 
+    def _next_cron(self, table: str, next_sql: str, first_sql: str):
+        """The next cron id holding rows in table after the cursor (wrapping); None when empty."""
+        execute = database.obj.execute_sql
+        row = execute(prebuilt(next_sql), (self._cursor[table],)).fetchone()
+        if row is None:
+            row = execute(prebuilt(first_sql)).fetchone()
+        self._cursor[table] = row[0] if row else 0
+        return row[0] if row else None
 
-def _next_log_folder(log_dir: str) -> str:
-    """The next cron log folder after the cursor (wrapping), by name."""
-    try:
-        names = sorted(e.name for e in os.scandir(log_dir) if e.is_dir(follow_symlinks=False))
-    except OSError:
-        return ""
-    if not names:
-        return ""
-    name = next((n for n in names if n > _cursor["logs"]), names[0])
-    _cursor["logs"] = name
-    return os.path.join(log_dir, name)
+    def _next_log_folder(self, log_dir: str) -> str:
+        """The next cron log folder after the cursor (wrapping), by name."""
+        try:
+            names = sorted(e.name for e in os.scandir(log_dir) if e.is_dir(follow_symlinks=False))
+        except OSError:
+            return ""
+        if not names:
+            return ""
+        name = next((n for n in names if n > self._cursor["logs"]), names[0])
+        self._cursor["logs"] = name
+        return os.path.join(log_dir, name)
 
 
 # --- the statements (hand-written: the write path runs them; '?' adapted by prebuilt) ----

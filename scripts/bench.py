@@ -150,15 +150,12 @@ FLOOR_THREADS = 4
 # off, or the metrics counters replaced by no-ops. The thread count comes from QL_THREADS.
 VARIANT_SOURCE = r'''
 import os, sys
-from qlshadow import cli, db, metrics, serving
-from qlshadow.views import callback, fastpath
+from qlshadow import cli, db, metrics, retention, serving
 mode, interval, writer, counters = sys.argv[1:5]
-if mode == "flask":
-    fastpath.mount = lambda app: app
 if mode in ("flask", "worker"):  # requests on waitress worker threads, even with one
     serving.LOOP_THREAD = False
 if counters == "nometrics":
-    metrics.count_callback = metrics.count_shadow = lambda name: None
+    metrics.Counters.count_callback = metrics.Counters.count_shadow = lambda self, name: None
 # Knobs of --design-space only (never product settings): SQLite pragmas, no retention step.
 pragmas = dict(db.SQLITE_PRAGMAS)
 for key in ("wal_autocheckpoint", "synchronous", "cache_size", "page_size", "journal_size_limit"):
@@ -175,7 +172,7 @@ if os.environ.get("BENCH_PAGE_SIZE"):
         conn.execute(statement)
     conn.close()
 if os.environ.get("BENCH_NO_RETENTION"):
-    callback.prune_on_write = lambda now: 0
+    retention.Pruner.on_write = lambda self, now: 0
 cli.SWITCH_INTERVAL = float(interval)
 cli.WRITER_THREAD = writer == "writer"
 if writer == "always":  # the writer thread even with one request thread (serve would not)
@@ -187,11 +184,12 @@ sys.exit(cli.main(["serve"]))
 COUNTERS_SOURCE = r'''
 import time
 from qlshadow import metrics
+counters = metrics.Counters()
 n = 200000
 t = time.process_time()
 for _ in range(n):
-    metrics.count_callback("ok")
-    metrics.count_shadow("created")
+    counters.count_callback("ok")
+    counters.count_shadow("created")
 print((time.process_time() - t) / n * 1e6)
 '''
 

@@ -33,9 +33,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STARTUP = re.compile(rb"qlshadow serving http://[^:]+:(\d+) ")
 FLOOR_STARTUP = re.compile(rb"floor serving http://127\.0\.0\.1:(\d+)")
 SERVE_ON = "import sys; from qlshadow.cli import main; sys.exit(main(['serve']))"
-# Counting off: the counters become no-ops and the callback route loses its counting hook.
-SERVE_OFF = ("import sys; import qlshadow.metrics as m; import qlshadow.views.callback as c; "
-             "m.count_callback = m.count_shadow = (lambda *a: None); c.bp.after_request_funcs.clear(); "
+# Counting off: every app's counters count nothing (a what-if of this launcher only).
+SERVE_OFF = ("import sys; import qlshadow.metrics as m; "
+             "m.Counters.count_callback = m.Counters.count_shadow = (lambda *a: None); "
              "from qlshadow.cli import main; sys.exit(main(['serve']))")
 
 

@@ -3,7 +3,7 @@
 
   flat      1,000,000 callbacks (500,000 executions) with the default retention, Shadow
             on, SQLite: database + WAL bytes sampled as they go. Driven in-process through
-            the callback's own functions (apply_status_callback, observe, prune_on_write,
+            the callback's own functions (apply_status_callback, observe, Pruner.on_write,
             inside write_transaction) with a simulated clock, not over HTTP: a million
             requests would take hours on a shared machine, and storage does not depend on
             the transport.
@@ -69,6 +69,7 @@ def flat(base: str, callbacks: int, crons: int, every: int) -> dict:
     with db.database.connection_context(), db.write_transaction():
         ids = [Cron.insert(name=f"job{n}", command=f"task job{n}.sh", schedule="* * * * *",
                            created_at=START, updated_at=START).execute() for n in range(crons)]
+    pruner = retention.Pruner(retention.policy_of(settings))
     samples, executions, began = [], callbacks // 2, time.monotonic()
     with db.database.connection_context():
         for n in range(executions):
@@ -82,7 +83,7 @@ def flat(base: str, callbacks: int, crons: int, every: int) -> dict:
                     "last_running_time": 30, "exit_code": 0, "execution_id": eid})
                 with db.write_transaction():
                     observe(cb, apply_status_callback(cb, now), now, settings.failure_cap)
-                    retention.prune_on_write(now)
+                    pruner.on_write(now)
             if (n + 1) * 2 % every == 0:
                 db_bytes, wal_bytes = sizes(path)
                 samples.append({"callbacks": (n + 1) * 2, "simulated_days": round((minute - START) / 86400, 1),

@@ -3,7 +3,7 @@
 
     .venv/bin/python scripts/guarantee_costs.py [--callbacks 1500] [--repeats 3]
 
-Drives the callback fast path (views/fastpath.py) directly as WSGI, on one thread, against a
+Drives the app (its callback route, views/callback.py) directly as WSGI, on one thread, against a
 fresh SQLite database in a temp dir, with Shadow on: no HTTP and no other thread, so a
 difference of a few microseconds is visible where a throughput ratio over HTTP moves by
 several per cent between rounds. Each comparison alternates batches of the two cases in
@@ -37,15 +37,16 @@ import time
 import uuid
 
 from qlshadow import config, db, metrics
+from qlshadow.runtime import KEY as RUNTIME_KEY
 from qlshadow.auth import system_token
 from qlshadow.shadow import writer
-from qlshadow.views import create_app, fastpath
+from qlshadow.views import create_app
 
 CRONS = 200
 
 
 def setup():
-    """The fast-path WSGI app on a fresh database with CRONS crons, and a bearer token."""
+    """The WSGI app on a fresh database with CRONS crons, and a bearer token."""
     data_dir = tempfile.mkdtemp(prefix="qlshadow-costs-")
     settings = config.load(environ={
         "QL_DATA_DIR": data_dir, "QL_SCHEDULER": "node", "QL_CRONTAB_INSTALL": "",
@@ -58,7 +59,7 @@ def setup():
         client.post("/open/crons", json={"name": f"job{n}", "command": "true",
                                          "schedule": "* * * * *"},
                     headers={"Authorization": f"Bearer {token}"})
-    return fastpath.mount(app), token
+    return app, token
 
 
 def bodies(batch: int, executions: int, shadow: bool = True) -> list:
@@ -257,13 +258,21 @@ def main(argv=None) -> int:
                        lambda: setattr(writer, "savepoint", kept_savepoint)),
     }, args.callbacks, args.repeats, 0)
 
-    counting = (metrics.count_callback, metrics.count_shadow)
+    runtime = wsgi.extensions[RUNTIME_KEY]
+    counting = runtime.counters
+
+    class NotCounting(metrics.Counters):
+        def count_callback(self, result):
+            pass
+
+        def count_shadow(self, outcome):
+            pass
 
     def counters_off():
-        metrics.count_callback = metrics.count_shadow = lambda name: None
+        runtime.counters = NotCounting()
 
     def counters_back():
-        metrics.count_callback, metrics.count_shadow = counting
+        runtime.counters = counting
 
     counters = alternate(wsgi, token, {
         "metrics on": (nothing, nothing),

@@ -145,10 +145,10 @@ def test_on_sqlite_health_gives_the_database_and_wal_sizes(client, db_url):
                                     if os.path.exists(path + "-wal") else 0)
 
 
-def test_health_is_503_naming_the_cause_while_writes_fail(client):
+def test_health_is_503_naming_the_cause_while_writes_fail(app, client):
     full = OSError(28, "No space left on device")
 
-    db.note_write_failed(full)
+    writes(app).note_failed(full)
     response = client.get("/health")
 
     assert response.status_code == 503
@@ -156,9 +156,9 @@ def test_health_is_503_naming_the_cause_while_writes_fail(client):
     assert response.get_json()["data"]["last_write"]["cause"] == "disk full"
 
 
-def test_a_successful_write_ends_the_failure(client, auth, make_cron):
+def test_a_successful_write_ends_the_failure(app, client, auth, make_cron):
     cron = make_cron()
-    db.note_write_failed(RuntimeError("database is locked"))
+    writes(app).note_failed(RuntimeError("database is locked"))
     assert client.get("/health").status_code == 503
 
     assert client.put("/open/crons/status", headers=auth,
@@ -167,10 +167,16 @@ def test_a_successful_write_ends_the_failure(client, auth, make_cron):
     assert client.get("/health").status_code == 200
 
 
-def test_a_failure_incident_is_logged_once(client, caplog):
+def test_a_failure_incident_is_logged_once(app, client, caplog):
     for _ in range(5):
-        db.note_write_failed(OSError(28, "No space left on device"))
+        writes(app).note_failed(OSError(28, "No space left on device"))
 
     lines = [r.getMessage() for r in caplog.records if "writes are failing" in r.getMessage()]
     assert lines == ["writes are failing: disk full; writes are refused until one succeeds"]
     assert client.get("/health").get_json()["data"]["last_write"]["failures"] == 5
+
+
+def writes(app):
+    """The app's record of whether writes work (its Runtime's)."""
+    from qlshadow.runtime import KEY
+    return app.extensions[KEY].writes

@@ -141,15 +141,16 @@ def test_the_run_lookup_finds_the_run_it_names(client, auth, runs_of_two_crons):
 def test_the_retention_steps_of_the_write_path_read_through_indexes(app, runs_of_two_crons,
                                                                      recorded):
     a, _ = runs_of_two_crons
+    pruner = retention.Pruner(retention.policy_of(app.extensions["qlshadow"]))
     del recorded[:]
     with db.database.connection_context(), db.write_transaction():
         retention.expired_runs(1800000000, 16)
         retention.expired_instances(1800000000, 16)
         retention.capped_runs(a, 2, 16)
         retention.capped_instances(a, 2, 16)
-        retention._next_cron("runs", retention._NEXT_RUN_CRON, retention._FIRST_RUN_CRON)
-        retention._next_cron("instances", retention._NEXT_INSTANCE_CRON,
-                             retention._FIRST_INSTANCE_CRON)
+        pruner._next_cron("runs", retention._NEXT_RUN_CRON, retention._FIRST_RUN_CRON)
+        pruner._next_cron("instances", retention._NEXT_INSTANCE_CRON,
+                          retention._FIRST_INSTANCE_CRON)
         plans = {sql: full_scans_and_sorts(sql, params) for sql, params in recorded}
 
     assert len(plans) >= 8

@@ -159,14 +159,25 @@ def test_a_failed_write_is_counted_as_a_write_error(client, auth, make_cron, scr
 
 
 def test_counters_lose_no_increment_across_threads():
-    before = metrics.snapshot()["callbacks"]["ok"]
+    counters = metrics.Counters()
 
     def hammer():
         for _ in range(20000):
-            metrics.count_callback("ok")
+            counters.count_callback("ok")
     threads = [threading.Thread(target=hammer) for _ in range(4)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    assert metrics.snapshot()["callbacks"]["ok"] - before == 80000
+    assert counters.snapshot()["callbacks"]["ok"] == 80000
+
+
+def test_each_app_counts_its_own_answers(app, client, auth, make_cron):
+    from qlshadow.runtime import KEY
+    from qlshadow.views import create_app
+    assert send(client, auth, {"ids": [make_cron()["id"]], "status": 0}) == 200
+
+    other = create_app(app.extensions["qlshadow"], init_db=False)
+
+    assert other.extensions[KEY].counters.snapshot()["callbacks"]["ok"] == 0
+    assert app.extensions[KEY].counters.snapshot()["callbacks"]["ok"] == 1

@@ -135,13 +135,13 @@ def test_the_write_path_deletes_a_small_batch_every_n_callbacks(settings, make_c
     for cron in crons:  # beyond the cap by more than a batch, written with pruning idle
         for n in range(retention.WRITE_BATCH + 10):
             execution(cron, 100 * cron + n, NOW - 9000 + 60 * n, NOW - 9000 + 60 * n + 5)
-    retention._writes = iter(range(1, 10**9))  # the counter, restarted at 1
+    pruner = retention.Pruner(retention.policy_of(settings))  # its counter starts at 1
     before = len(runs())
 
     for n in range(1, retention.PRUNE_EVERY):
-        assert retention.prune_on_write(NOW) == 0  # between steps: nothing at all
+        assert pruner.on_write(NOW) == 0  # between steps: nothing at all
     with db.connected(), db.write_transaction():
-        deleted = retention.prune_on_write(NOW)
+        deleted = pruner.on_write(NOW)
 
     assert deleted == 2 * retention.WRITE_BATCH  # one cron's runs and one cron's instances
     assert len(runs()) == before - retention.WRITE_BATCH
@@ -177,11 +177,11 @@ def test_an_age_step_deletes_exactly_its_batch_of_the_oldest_exited_runs(setting
 
 @pytest.mark.parametrize("shadow_env", [{**SHADOW_ON, "QL_RETENTION_ROWS_PER_CRON": "5"}])
 def test_steady_callbacks_hold_each_cron_near_its_cap(settings, make_cron):
-    cron = make_cron()["id"]
+    cron, pruner = make_cron()["id"], retention.Pruner(retention.policy_of(settings))
     for n in range(400):  # each execution is two callbacks: the write path runs twice
         execution(cron, n, NOW + 60 * n, NOW + 60 * n + 5)
-        retention.prune_on_write(NOW + 60 * n)
-        retention.prune_on_write(NOW + 60 * n)
+        pruner.on_write(NOW + 60 * n)
+        pruner.on_write(NOW + 60 * n)
 
     kept = runs()
     assert 5 <= len(kept) <= 5 + retention.PRUNE_EVERY

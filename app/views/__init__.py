@@ -7,10 +7,11 @@ from __future__ import annotations
 
 from flask import Flask, request
 
-from .. import config, db, retention
+from .. import config, db
 from ..auth import ensure_system_app
+from ..runtime import KEY as RUNTIME_KEY
+from ..runtime import Runtime
 from . import auth, callback, crons, errors, health, metrics, page, reconcile, runs
-from .common import forget_tokens
 from .errors import ApiError
 
 
@@ -20,12 +21,12 @@ def create_app(settings: config.Settings | None = None, init_db: bool = True) ->
     app = Flask("qlshadow")
     app.config.update(MAX_CONTENT_LENGTH=settings.max_body)
     app.extensions["qlshadow"] = settings
+    app.extensions[RUNTIME_KEY] = Runtime(settings)
     app.json.sort_keys = False
     app.json.compact = True
 
     database, journal = db.open_database(settings, create=init_db)
     app.extensions["qlshadow.journal"] = journal
-    retention.configure(settings)
     if init_db:
         with database.connection_context(), db.write_transaction():
             ensure_system_app()
@@ -36,15 +37,14 @@ def create_app(settings: config.Settings | None = None, init_db: bool = True) ->
 
 
 def init_app(app) -> None:
-    """Register the request hook and every blueprint on app."""
+    """Register the request hook, every blueprint and the callback route on app."""
     # Werkzeug would answer "/open//crons/status" with an HTML 308 redirect, which no error
     # handler sees; unmerged, such a path is a plain JSON 404. Set before rules are added.
     app.url_map.merge_slashes = False
-    forget_tokens()  # one app per process; a new one (tests) trusts nothing cached
-    db.forget_write_state()
-    for module in (callback, crons, runs, auth, health, reconcile, metrics, page):
+    for module in (crons, runs, auth, health, reconcile, metrics, page):
         app.register_blueprint(module.bp)
     app.before_request(_guard)
+    callback.init_app(app)
 
 
 def _guard():

@@ -1,79 +1,85 @@
-"""The status callback that crond jobs send: the whole hot path of the service.
+"""The status callback's one web adapter: plain WSGI in front of the Flask app.
 
-Validate the body, then one transaction: Legacy rules 1-5, and the Shadow writer when
-Shadow is on and the callback carries an execution_id. The answer is the same bytes
-whatever Shadow did. `qlshadow serve` answers this route from views/fastpath.py, which
-calls the same handle(); this Flask route is the reference it is tested against.
+A callback through Flask spent most of its CPU in the request machinery (request and
+response objects, routing, hooks), not in its two or three statements. So create_app wraps
+Flask's wsgi_app (Flask's documented middleware hook) with CallbackRoute: it answers every
+request for exactly /open/crons/status itself, and hands everything else, including other
+spellings of that path (case, trailing slash), to Flask unchanged. Here: the method, the
+connection, the token (common.authorize), the body limit, the core call
+(qlshadow.callback.handle), every error through errors.answer_for, and the counting.
 """
 from __future__ import annotations
 
-import time
+import json
 
-from flask import Blueprint, Response, current_app, request
+from werkzeug.http import HTTP_STATUS_CODES
+from werkzeug.wsgi import get_input_stream
 
-from .. import db, metrics
-from ..db import note_write_ok
-from ..legacy import NOT_GIVEN, apply_status_callback, decode_json, parse_status_callback
-from ..retention import prune_on_write
-from .common import requires_scope
-from .metrics import count_callback
+from .. import db
+from ..callback import PATH, SCOPES, handle
+from ..runtime import KEY as RUNTIME_KEY
+from .common import authorize
+from .errors import answer_for
 
-bp = Blueprint("callback", __name__, url_prefix="/open/crons")
-PATH = "/open/crons/status"
-SCOPES = ("crons", "status")  # the runner's token has only "status"
 OK_BODY = b'{"code":200}\n'
+_OK = ("200 OK", [("Content-Type", "application/json"), ("Content-Length", str(len(OK_BODY)))])
+_METHODS = frozenset(("PUT", "POST"))  # POST: BusyBox wget can send only GET and POST
+# The callback's answers by HTTP status, as the metrics name them.
+RESULT_OF = {200: "ok", 400: "invalid", 401: "unauthorized", 403: "forbidden",
+             413: "too_large", 503: "unavailable"}
 
 
-@bp.route("/status", methods=["PUT", "POST"])
-@requires_scope(*SCOPES)
-def status():
-    handle(request.get_data(cache=False), current_app.extensions["qlshadow"])
-    return Response(OK_BODY, status=200, mimetype="application/json")
+class CallbackRoute:
+    """WSGI middleware: the status callback answered here, everything else by `flask_wsgi`."""
+
+    def __init__(self, app, flask_wsgi):
+        self.app = app
+        self.flask_wsgi = flask_wsgi
+
+    def __call__(self, environ, start_response):
+        if environ.get("PATH_INFO") != PATH:
+            return self.flask_wsgi(environ, start_response)
+        extensions = self.app.extensions
+        settings = extensions["qlshadow"]  # read per request: serve replaces it when QL_PORT=0 binds
+        runtime = extensions[RUNTIME_KEY]
+        if environ.get("REQUEST_METHOD") not in _METHODS:
+            return _error(start_response, 405, "This method is not allowed on this endpoint.",
+                          [("Allow", "POST, PUT")])
+        try:
+            db.ensure_connection()
+            authorize(runtime.tokens, SCOPES, environ.get("HTTP_AUTHORIZATION", ""))
+            handle(_body(environ, settings.max_body), settings, runtime)
+        except Exception as exc:  # RequestEntityTooLarge too: answered like any other 413
+            status, message = answer_for(exc, runtime, settings.max_body)
+            runtime.counters.count_callback(RESULT_OF.get(status, "error"))
+            return _error(start_response, status, message)
+        runtime.counters.count_callback("ok")
+        start_response(*_OK)
+        return [OK_BODY]
 
 
-def handle(raw: bytes, settings) -> str:
-    """Parse and apply one callback body in one write transaction; raises on any refusal.
-
-    Returns the Shadow outcome ("off" when Shadow did not run); the answer never depends
-    on it (a place to count results, e.g. metrics).
-    """
-    cb = parse_status_callback(decode_json(raw))
-    now = int(time.time())
-    shadow = settings.shadow_on and cb.execution_id is not NOT_GIVEN
-    outcome = db.run_write(_write, cb, now, shadow, settings.failure_cap)
-    # Committed: /health hears that writes work, and the Shadow outcome is counted (a
-    # rolled-back one never is). A database error out of run_write wrote nothing; the error
-    # answer (views/errors.answer_for) records it with note_write_failed.
-    note_write_ok()
-    if outcome != "off":
-        metrics.count_shadow(outcome)
-    return outcome
+def _error(start_response, status: int, message: str, headers: list = ()):
+    body = (json.dumps({"code": status, "message": message}, separators=(",", ":"))
+            + "\n").encode("ascii")
+    # werkzeug's spelling of the status line (upper-case reason), as Flask's other answers.
+    start_response(f"{status} {HTTP_STATUS_CODES.get(status, 'UNKNOWN').upper()}",
+                   [("Content-Type", "application/json"), ("Content-Length", str(len(body))),
+                    *headers])
+    return [body]
 
 
-def _write(cb, now: int, shadow: bool, failure_cap: int) -> str:
-    """The body of the callback's one transaction (run by db.run_write)."""
-    crons = apply_status_callback(cb, now)
-    # Bounded retention shares the callback's transaction, outside Shadow's savepoint.
-    prune_on_write(now)
-    if not shadow:
-        return "off"
-    return (_observe or _load_writer())(cb, crons, now, failure_cap)
+def _body(environ, max_body: int) -> bytes:
+    """The request body: read straight from the server when its length is declared and
+    within the limit (werkzeug's wrapper cost 7 µs a callback); anything else (chunked, no
+    length, too large) through werkzeug's stream, which raises the 413."""
+    length = environ.get("CONTENT_LENGTH", "")
+    if length.isascii() and length.isdigit() and "HTTP_TRANSFER_ENCODING" not in environ:
+        size = int(length)
+        if size <= max_body:
+            return environ["wsgi.input"].read(size)
+    return get_input_stream(environ, max_content_length=max_body).read()
 
 
-_observe = None
-
-
-def _load_writer():
-    # Imported on first use: with Shadow off (the default) the writer is never loaded; once
-    # loaded it is kept here, not looked up by an import statement on every callback.
-    global _observe
-    from ..shadow.writer import observe
-    _observe = observe
-    return observe
-
-
-@bp.after_request
-def _count(response):
-    # Every answer of this route, refusals included (auth and body errors end here too).
-    count_callback(response.status_code)
-    return response
+def init_app(app) -> None:
+    """Put the callback route in front of the Flask app's own WSGI handling."""
+    app.wsgi_app = CallbackRoute(app, app.wsgi_app)

@@ -4,19 +4,17 @@ from __future__ import annotations
 import functools
 import time
 
-from flask import request
+from flask import current_app, request
 
-from ..auth import scopes_for_digest, sha256_hex
+from ..auth import TokenCache
 from ..parse import parse_int
+from ..runtime import KEY as RUNTIME_KEY
+from ..runtime import Runtime
 from .errors import ApiError
 
-_TOKEN_CACHE_MAX = 256
-TOKEN_RECHECK = 60  # seconds a looked-up token is trusted before it is looked up again
-
-# token hash -> (scopes, expiration, recheck_at): a valid token needs no query on the
-# callbacks of the next minute; after that it is looked up again, so a token row deleted
-# to revoke it stops working within TOKEN_RECHECK seconds on every server.
-_token_cache: dict = {}
+def runtime() -> Runtime:
+    """The runtime of the app answering this request."""
+    return current_app.extensions[RUNTIME_KEY]
 
 
 def requires_scope(*scopes: str):
@@ -24,48 +22,34 @@ def requires_scope(*scopes: str):
     def decorate(view):
         @functools.wraps(view)
         def guarded(*args, **kwargs):
-            authorize(scopes, request.headers.get("Authorization", ""))
+            authorize(runtime().tokens, scopes, request.headers.get("Authorization", ""))
             return view(*args, **kwargs)
         guarded.required_scopes = frozenset(scopes)
         return guarded
     return decorate
 
 
-def forget_tokens() -> None:
-    """Drop every cached token (a new app must look each one up again)."""
-    _token_cache.clear()
-
-
-def authorize(scopes: tuple, header: str) -> frozenset:
+def authorize(tokens: TokenCache, scopes: tuple, header: str) -> frozenset:
     """Check an Authorization header against `scopes` (any one will do); 401 or 403 if not.
 
-    Flask-free so that the callback's fast path runs the very same check.
+    Flask-free so that the callback's WSGI route runs the very same check.
     """
-    granted = token_scopes(header)
+    granted = token_scopes(tokens, header)
     if not granted.intersection(scopes):
         raise ApiError(403, f"The token's app does not have the '{scopes[0]}' scope.")
     return granted
 
 
-def token_scopes(header: str) -> frozenset:
+def token_scopes(tokens: TokenCache, header: str) -> frozenset:
     """The scopes of a bearer token header; 401 when it is missing, unknown or expired."""
     kind, _, token = header.partition(" ")
     token = token.strip()
     if kind.lower() != "bearer" or not token:
         raise ApiError(401, "A valid bearer token is required (Authorization: Bearer <token>).")
-    # Keyed and looked up by the token's hash: the plaintext is never compared or stored.
-    digest = sha256_hex(token)
-    now = int(time.time())
-    known = _token_cache.get(digest)
-    if known is None or known[2] <= now:
-        found = scopes_for_digest(digest, now)
-        if found is None:
-            _token_cache.pop(digest, None)
-            raise ApiError(401, "The token is unknown or has expired.")
-        if len(_token_cache) >= _TOKEN_CACHE_MAX:
-            _token_cache.clear()
-        known = _token_cache[digest] = (*found, min(found[1], now + TOKEN_RECHECK))
-    return known[0]
+    granted = tokens.scopes(token, int(time.time()))
+    if granted is None:
+        raise ApiError(401, "The token is unknown or has expired.")
+    return granted
 
 
 def query_int(name: str, default: int | None, lo: int, hi: int) -> int | None:

@@ -11,7 +11,8 @@ from flask import jsonify, request
 from peewee import DatabaseError, DataError, IntegrityError, InterfaceError
 from werkzeug.exceptions import HTTPException
 
-from .. import db, metrics
+from .. import db
+from ..runtime import KEY as RUNTIME_KEY
 from ..errors import Conflict, InvalidInput, NotFound, QlError, Unavailable
 
 log = logging.getLogger("qlshadow")
@@ -42,11 +43,11 @@ def json_error(status: int, message: str):
     return response
 
 
-def answer_for(exc: Exception, max_body: int, writing: bool = True) -> tuple:
+def answer_for(exc: Exception, runtime, max_body: int, writing: bool = True) -> tuple:
     """(status, message) for an error, with its side effects (log, drop a broken connection).
 
     The one mapping from errors to answers: the Flask handlers below and the callback's
-    fast path (views/fastpath.py) both use it, so both answer every error alike.
+    route (views/callback.py) both use it, so both answer every error alike.
     """
     if isinstance(exc, ApiError):
         return exc.status, exc.message
@@ -65,8 +66,8 @@ def answer_for(exc: Exception, max_body: int, writing: bool = True) -> tuple:
         # Locked, full, restarting or unreachable: the request wrote nothing (its transaction
         # rolled back); drop the connection so the next request on this thread reconnects.
         if writing:
-            metrics.count_write_error()
-            db.note_write_failed(exc)  # /health reports it; logged once per incident
+            runtime.counters.count_write_error()
+            runtime.writes.note_failed(exc)  # /health reports it; logged once per incident
         else:
             log.warning("database error: %s", db.failure_cause(exc))
         db.discard_connection()
@@ -78,7 +79,8 @@ def answer_for(exc: Exception, max_body: int, writing: bool = True) -> tuple:
 def init_app(app) -> None:
     def answer(exc):
         writing = request.method not in ("GET", "HEAD")
-        return json_error(*answer_for(exc, app.config["MAX_CONTENT_LENGTH"], writing))
+        return json_error(*answer_for(exc, app.extensions[RUNTIME_KEY],
+                                      app.config["MAX_CONTENT_LENGTH"], writing))
 
     # Registered per class so that Flask picks the same one answer_for would.
     for kind in (ApiError, QlError, HTTPException, IntegrityError, DataError, DatabaseError,

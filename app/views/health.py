@@ -11,6 +11,7 @@ from peewee import DatabaseError, InterfaceError
 from .. import __version__, db
 from ..crontab import install_state
 from ..models import database
+from .common import runtime
 
 bp = Blueprint("health", __name__)
 
@@ -18,7 +19,7 @@ bp = Blueprint("health", __name__)
 @bp.route("/health", methods=["GET"])
 def health():
     settings = current_app.extensions["qlshadow"]
-    write = db.write_state()
+    write = runtime().writes.state()
     data = {"status": "ok", "db": "ok", "version": __version__, "scheduler": settings.scheduler,
             "shadow_origins": sorted(settings.shadow_origins),
             "last_write": {"ok": write["ok"], "cause": write["cause"], "since": write["since"],
