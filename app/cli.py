@@ -270,8 +270,8 @@ def cmd_reconcile(args) -> int:
 
     from .reconcile import ReconcileError, reconcile
     settings = _settings(args)
-    if settings.db_url.startswith("sqlite:///"):
-        path = settings.db_url[len("sqlite:///"):].split("?", 1)[0]
+    path = config.sqlite_file(settings.db_url)
+    if path is not None:
         if not os.path.isfile(path):  # connecting would create an empty file
             raise CliError(f"no database at {path} (QL_DB_URL); nothing to reconcile")
     database, _ = db.open_database(settings, create=False)
