@@ -19,6 +19,7 @@ from . import config, crons, crontab, db
 from .auth import (RUNNER_TOKEN_FILE, create_app_record, ensure_system_app, runner_token,
                    system_token)
 from .errors import QlError
+from .parse import parse_ids
 from .runner import start_manual
 from .shadow import reader
 
@@ -224,10 +225,10 @@ def cmd_cron(args) -> int:
     elif args.cron_cmd == "show":
         _print_json(_read(args, crons.get, args.id))
     elif args.cron_cmd == "rm":
-        _write(args, _existing(args.ids, crons.delete), sync=True)
+        _write(args, _existing(parse_ids(args.ids, "ID"), crons.delete), sync=True)
     elif args.cron_cmd in ("enable", "disable"):
-        _write(args, _existing(args.ids, crons.set_disabled), args.cron_cmd == "disable",
-               sync=True)
+        _write(args, _existing(parse_ids(args.ids, "ID"), crons.set_disabled),
+               args.cron_cmd == "disable", sync=True)
     elif args.cron_cmd == "run":
         # Starts a detached run outside any transaction (it only reads the cron).
         settings, database = _open(args, create=False)
