@@ -5,11 +5,11 @@ import hashlib
 import json
 import re
 
-from ..crons import DEFINITION_FIELDS
+from ..crons import DEFINITION_FIELDS, REQUIRED_FIELDS
 
 MAX_SECONDS = 281474976710  # seconds*1000 must fit in 48 bits
 PROJECT_ID = "default"
-_OPTIONAL_FIELDS = frozenset(DEFINITION_FIELDS) - {"name", "command", "schedule"}
+_OPTIONAL_FIELDS = frozenset(DEFINITION_FIELDS) - frozenset(REQUIRED_FIELDS)
 
 _EXECUTION_ID = re.compile(
     r"legacy-system:([1-9][0-9]{0,11}):"
