@@ -19,6 +19,7 @@ from . import config, crons, crontab, db
 from .auth import (RUNNER_TOKEN_FILE, create_app_record, ensure_system_app, runner_token,
                    system_token)
 from .errors import QlError
+from .parse import parse_ids
 from .runner import start_manual
 from .shadow import reader
 
@@ -224,10 +225,10 @@ def cmd_cron(args) -> int:
     elif args.cron_cmd == "show":
         _print_json(_read(args, crons.get, args.id))
     elif args.cron_cmd == "rm":
-        _write(args, _existing(args.ids, crons.delete), sync=True)
+        _write(args, _existing(parse_ids(args.ids, "ID"), crons.delete), sync=True)
     elif args.cron_cmd in ("enable", "disable"):
-        _write(args, _existing(args.ids, crons.set_disabled), args.cron_cmd == "disable",
-               sync=True)
+        _write(args, _existing(parse_ids(args.ids, "ID"), crons.set_disabled),
+               args.cron_cmd == "disable", sync=True)
     elif args.cron_cmd == "run":
         # Starts a detached run outside any transaction (it only reads the cron).
         settings, database = _open(args, create=False)
@@ -270,8 +271,8 @@ def cmd_reconcile(args) -> int:
 
     from .reconcile import ReconcileError, reconcile
     settings = _settings(args)
-    if settings.db_url.startswith("sqlite:///"):
-        path = settings.db_url[len("sqlite:///"):].split("?", 1)[0]
+    path = config.sqlite_file(settings.db_url)
+    if path is not None:
         if not os.path.isfile(path):  # connecting would create an empty file
             raise CliError(f"no database at {path} (QL_DB_URL); nothing to reconcile")
     database, _ = db.open_database(settings, create=False)
@@ -287,54 +288,9 @@ def cmd_reconcile(args) -> int:
     if args.json:
         _print_json({"data": data})  # the API document's data, as the endpoint answers it
     else:
+        from .gate_report import format_report
         sys.stdout.write(format_report(data))
     return GATE_EXIT[data["gate"]["verdict"]]
-
-
-_COLUMNS = (("cron", "cron_id"), ("name", "name"), ("schedule", "schedule"),
-            ("expected", "expected"), ("runs", "runs"), ("exited", "exited"),
-            ("running", "running"), ("failed", "failed"), ("finish_only", "finish_only"),
-            ("stuck", "stuck"), ("missed", "missed"), ("double", "double"),
-            ("unmatched", "unmatched_instances"), ("drift", "drift"), ("invalid", "invalid"),
-            ("verdict", "verdict"))
-
-
-def format_report(data: dict) -> str:
-    """The gate's report as a plain table, then the reasons."""
-    import time
-
-    def when(t):
-        return time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(t))
-
-    def cell(report, key):
-        value = report[key]
-        if key in ("missed", "double"):
-            return str(len(value) + report[key + "_omitted"])
-        if key == "name" and len(value) > 24:
-            return value[:23] + "~"
-        return str(value)
-
-    window, gate = data["window"], data["gate"]
-    lines = [f"reconcile {when(window['since'])} .. {when(window['until'])}: "
-             f"{gate['verdict'].upper()}"]
-    rows = [[title for title, _ in _COLUMNS]]
-    rows += [[cell(r, key) for _, key in _COLUMNS] for r in data["crons"]]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(_COLUMNS))]
-    text_columns = {1, 2, len(_COLUMNS) - 1}
-    for row in rows:
-        lines.append("  ".join(v.ljust(w) if i in text_columns else v.rjust(w)
-                               for i, (v, w) in enumerate(zip(row, widths))).rstrip())
-    for r in data["crons"]:
-        if r["definition_changed"]:
-            lines.append(f"note: cron {r['cron_id']} changed its definition in or after the "
-                         "window; firings are judged from "
-                         + (when(r["evaluated_from"]) if r["evaluated_from"] else "nowhere"))
-    if gate["failures"]:
-        lines.append("accept failures: " + ", ".join(
-            f"{reason} {count}" for reason, count in sorted(gate["failures"].items())))
-    for reason in gate["reasons"]:
-        lines.append(f"- {reason}")
-    return "\n".join(lines) + "\n"
 
 
 def cmd_prune(args) -> int:

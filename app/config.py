@@ -10,7 +10,7 @@ import os
 import shutil
 from dataclasses import dataclass, field, replace
 from typing import Mapping
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 KNOWN_ORIGINS = frozenset({"manual", "scheduled_node", "scheduled_system"})
 SCHEDULERS = ("system", "node")
@@ -104,10 +104,20 @@ def parse_origins(raw: str) -> frozenset:
     return frozenset(names)
 
 
+SQLITE_URL_PREFIX = "sqlite:///"
+
+
+def sqlite_file(url: str) -> str | None:
+    """The file a sqlite:/// URL names (percent-decoded, query dropped); None for other URLs."""
+    if not url.startswith(SQLITE_URL_PREFIX):
+        return None
+    return unquote(url[len(SQLITE_URL_PREFIX):].partition("?")[0])
+
+
 def check_db_url(url: str) -> str:
     """Reject URLs that would silently mean something else (sqlite://x.db is in-memory)."""
     if url.startswith("sqlite:"):
-        if not url.startswith("sqlite:///") or len(url) == len("sqlite:///"):
+        if not sqlite_file(url):
             raise ConfigError(
                 f"QL_DB_URL={url!r} is not a SQLite file URL; write sqlite:///relative/path.db "
                 "or sqlite:////absolute/path.db")

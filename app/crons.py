@@ -9,15 +9,13 @@ import time
 
 from .errors import InvalidInput, NotFound
 from .models import Cron, RunningInstance, storable
-from .parse import INT64_MAX, to_int
+from .parse import INT64_MAX, parse_ids, to_int
 from .schedule import check_schedule
 
-TEXT_FIELDS = ("task_before", "task_after", "work_dir", "log_name")
 MAX_TEXT = 4096
 
 
-def _text(data: dict, key: str, required: bool):
-    value = data.get(key)
+def _text(value, key: str, required: bool):
     if value is None and not required:
         return None
     if (not isinstance(value, str) or (required and not value.strip()) or len(value) > MAX_TEXT
@@ -28,6 +26,14 @@ def _text(data: dict, key: str, required: bool):
     return value
 
 
+def _required_text(value, key: str) -> str:
+    return _text(value, key, required=True)
+
+
+def _optional_text(value, key: str):
+    return _text(value, key, required=False)
+
+
 def _schedule(value, key: str = "schedule") -> str:
     try:
         return check_schedule(value)
@@ -35,7 +41,7 @@ def _schedule(value, key: str = "schedule") -> str:
         raise InvalidInput(f"'{key}': {exc}.") from None
 
 
-def _extra_schedules(value):
+def _extra_schedules(value, key: str):
     if value is None:
         return None
     if not isinstance(value, list):
@@ -54,38 +60,33 @@ def _flag(value, key: str) -> int:
     raise InvalidInput(f"'{key}' must be 0 or 1.")
 
 
+# A cron's definition: every field its user sets, with the check that turns a request
+# value into the stored one. The task revision covers exactly these fields
+# (docs/CONTRACT.md §4.4), and the callback reads them back with its update (legacy.py).
+_CHECKS = {
+    "name": _required_text, "command": _required_text, "schedule": _schedule,
+    "extra_schedules": _extra_schedules, "task_before": _optional_text,
+    "task_after": _optional_text, "work_dir": _optional_text, "log_name": _optional_text,
+    "allow_multiple_instances": _flag,
+}
+DEFINITION_FIELDS = tuple(_CHECKS)
+REQUIRED_FIELDS = ("name", "command", "schedule")
+
+
 def validate(data, partial: bool) -> dict:
     """Validated column values from a request body; partial=True for updates."""
     if not isinstance(data, dict):
         raise InvalidInput("The request body must be a JSON object.")
     values = {}
-    for key in ("name", "command"):
-        if key in data or not partial:
-            values[key] = _text(data, key, required=True)
-    if "schedule" in data or not partial:
-        values["schedule"] = _schedule(data.get("schedule"))
-    for key in TEXT_FIELDS:
-        if key in data:
-            values[key] = _text(data, key, required=False)
-    if "extra_schedules" in data:
-        values["extra_schedules"] = _extra_schedules(data["extra_schedules"])
-    if "allow_multiple_instances" in data:
-        values["allow_multiple_instances"] = _flag(data["allow_multiple_instances"],
-                                                   "allow_multiple_instances")
+    for key, check in _CHECKS.items():
+        if key in data or (not partial and key in REQUIRED_FIELDS):
+            values[key] = check(data.get(key), key)
     return values
 
 
-def cron_ids(data) -> list:
-    """A body that is a non-empty list of positive cron ids (digit strings accepted)."""
-    if not isinstance(data, list) or not data:
-        raise InvalidInput("The request body must be a non-empty list of cron ids.")
-    ids = []
-    for item in data:
-        cron_id = to_int(item, 1, INT64_MAX)
-        if cron_id is None:
-            raise InvalidInput("Cron ids must be positive integers.")
-        ids.append(cron_id)
-    return ids
+def cron_ids(data) -> tuple:
+    """A body that is a list of cron ids, read by the one id-list rule (parse.parse_ids)."""
+    return parse_ids(data)
 
 
 def _fits(settings, cron: dict) -> None:
@@ -163,17 +164,16 @@ def listing(page: int, size: int) -> dict:
 def to_json(row: dict) -> dict:
     """A cron row with the 2.x field names and codes."""
     extra = row["extra_schedules"]
-    return {
-        "id": row["id"], "name": row["name"], "command": row["command"],
-        "schedule": row["schedule"], "status": row["status"], "pid": row["pid"],
-        "log_path": row["log_path"], "last_execution_time": row["last_execution_time"],
-        "last_running_time": row["last_running_time"], "isDisabled": row["is_disabled"],
-        "task_before": row["task_before"], "task_after": row["task_after"],
-        "work_dir": row["work_dir"], "log_name": row["log_name"],
+    doc = {"id": row["id"]}
+    doc.update((key, row[key]) for key in DEFINITION_FIELDS)
+    doc.update({
         "extra_schedules": json.loads(extra) if extra is not None else None,
-        "allow_multiple_instances": row["allow_multiple_instances"],
+        "status": row["status"], "pid": row["pid"], "log_path": row["log_path"],
+        "last_execution_time": row["last_execution_time"],
+        "last_running_time": row["last_running_time"], "isDisabled": row["is_disabled"],
         "createdAt": row["created_at"], "updatedAt": row["updated_at"],
-    }
+    })
+    return doc
 
 
 def instances(cron_id: int, limit: int) -> list:

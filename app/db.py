@@ -22,7 +22,7 @@ from peewee import (Database, DatabaseError, InterfaceError, OperationalError, P
 from peewee import __exception_wrapper__ as _driver_errors  # driver errors -> peewee's
 from peewee import logger as _peewee_log
 
-from .config import ConfigError
+from .config import ConfigError, sqlite_file
 from .errors import Unavailable
 from .models import ALL_MODELS, ShadowRun, database
 
@@ -67,15 +67,11 @@ class RouterSqliteDatabase(SqliteDatabase):
 _sqlite_write_lock = threading.Lock()
 
 
-def sqlite_path(url: str) -> str:
-    """The file a sqlite:/// URL names."""
-    return unquote(url[len("sqlite:///"):].split("?", 1)[0])
-
-
 def make_database(url: str, timeout: float = 5.0) -> Database:
     """Build (but do not connect) the database named by a checked QL_DB_URL."""
-    if url.startswith("sqlite:///"):
-        return RouterSqliteDatabase(sqlite_path(url), pragmas=SQLITE_PRAGMAS, timeout=timeout,
+    path = sqlite_file(url)
+    if path is not None:
+        return RouterSqliteDatabase(path, pragmas=SQLITE_PRAGMAS, timeout=timeout,
                                     autoconnect=False, check_same_thread=False)
     try:
         import psycopg2  # noqa: F401 -- only PostgreSQL needs it; say so before connecting

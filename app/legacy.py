@@ -10,11 +10,12 @@ from dataclasses import dataclass
 
 from peewee import SQL, Case, fn
 
+from .crons import DEFINITION_FIELDS
 from .db import Statement, slot
 from .errors import InvalidInput
 from .models import (CRON_IDLE, CRON_RUNNING, INSTANCE_ERROR, INSTANCE_FINISHED,
                      INSTANCE_RUNNING, Cron, RunningInstance, storable)
-from .parse import INT32_MAX, INT32_MIN, INT64_MAX, to_int
+from .parse import INT32_MAX, INT32_MIN, INT64_MAX, parse_ids, to_int
 
 STATUS_CODES = {0: 0, 1: 1, 2: 2, 3: 3, "0": 0, "1": 1, "2": 2, "3": 3}
 NOT_GIVEN = object()  # the key is absent, null or "": rule 3 leaves the column alone
@@ -57,16 +58,7 @@ def parse_status_callback(body) -> StatusCallback:
     """Validate a status callback body; raises InvalidInput naming the first bad field."""
     if not isinstance(body, dict):
         raise InvalidInput("The request body must be a JSON object.")
-    raw_ids = body.get("ids")
-    if not isinstance(raw_ids, list) or not raw_ids:
-        raise InvalidInput("'ids' must be a non-empty list of cron ids.")
-    ids = []
-    for raw in raw_ids:
-        cron_id = to_int(raw, 1, INT64_MAX)
-        if cron_id is None:
-            raise InvalidInput("'ids' must hold only positive integer cron ids.")
-        if cron_id not in ids:
-            ids.append(cron_id)
+    ids = parse_ids(body.get("ids"), "ids")
     status = body.get("status")
     if status is None or type(status) not in (int, str) or status not in STATUS_CODES:
         raise InvalidInput("'status' must be 0 (running), 1 (idle), 2 (disabled) or 3 (queued).")
@@ -85,7 +77,7 @@ def parse_status_callback(body) -> StatusCallback:
                            "(no NUL, valid Unicode) or null.")
     execution_id = body.get("execution_id", None)
     return StatusCallback(
-        ids=tuple(ids),
+        ids=ids,
         status=STATUS_CODES[status],
         pid=pid,
         log_path=log_path,
@@ -100,9 +92,7 @@ def parse_status_callback(body) -> StatusCallback:
 # then only executed: building query objects on every call was most of a callback's CPU.
 # Each cron costs two statements: one UPDATE that also returns the definition Shadow needs
 # (RETURNING: no read before the write) and one instance insert or close.
-DEFINITION = (Cron.id, Cron.name, Cron.command, Cron.schedule, Cron.extra_schedules,
-              Cron.task_before, Cron.task_after, Cron.work_dir, Cron.log_name,
-              Cron.allow_multiple_instances)
+DEFINITION = (Cron.id, *(getattr(Cron, name) for name in DEFINITION_FIELDS))
 DEFINITION_KEYS = tuple(field.name for field in DEFINITION)
 
 

@@ -10,13 +10,14 @@ import os
 import threading
 import time
 
+from .shadow import RUN_STATES
+
 # Answers of the status callback, by what they said (the web layer names them).
 CALLBACK_RESULTS = ("ok", "invalid", "unauthorized", "forbidden", "too_large", "unavailable",
                     "error")
 # What the Shadow writer did with a callback that carried an execution id.
 SHADOW_OUTCOMES = ("created", "advanced", "replayed", "invalid_execution_id", "multiple_ids",
                    "unsupported_status", "unknown_cron", "writer_error", "replay_drift")
-RUN_STATES = ("accepted", "spawned", "running", "exited")
 # Per-cron series are bounded like any page of the API.
 MAX_CRON_SERIES = 1000
 

@@ -40,3 +40,22 @@ def parse_id(value, field: str = "id") -> int:
     if number is None:
         raise InvalidInput(f"'{field}' must be a positive integer id.")
     return number
+
+
+def parse_ids(value, field: str | None = None) -> tuple:
+    """A non-empty list of positive int64 ids, duplicates collapsed to the first (order kept).
+
+    field names the body key that holds the list; None means the whole body is the list.
+    One rule for every id list (the callback's `ids`, the cron endpoints' bodies, the CLI),
+    so `[5, "5"]` means cron 5 once wherever it is sent.
+    """
+    where = f"'{field}'" if field else "The request body"
+    if not isinstance(value, list) or not value:
+        raise InvalidInput(f"{where} must be a non-empty list of positive integer cron ids.")
+    ids = {}
+    for item in value:
+        number = to_int(item, 1, INT64_MAX)
+        if number is None:
+            raise InvalidInput(f"{where} must be a non-empty list of positive integer cron ids.")
+        ids[number] = None
+    return tuple(ids)

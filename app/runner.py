@@ -36,8 +36,11 @@ def run_env(settings, cron: dict) -> dict:
 
 
 def start_manual(settings, ids: list) -> list:
-    """Start one detached task.sh per cron id; NotFound (and nothing started) if one is unknown."""
-    wanted = list(dict.fromkeys(ids))
+    """Start one detached task.sh per cron id; NotFound (and nothing started) if one is unknown.
+
+    ids are distinct, as parse.parse_ids gives them.
+    """
+    wanted = list(ids)
     rows = _rows(wanted)
     missing = [cron_id for cron_id in wanted if cron_id not in rows]
     if missing:

@@ -150,7 +150,7 @@ FLOOR_THREADS = 4
 # off, or the metrics counters replaced by no-ops. The thread count comes from QL_THREADS.
 VARIANT_SOURCE = r'''
 import os, sys
-from qlshadow import cli, db, metrics, retention, serving
+from qlshadow import cli, config, db, metrics, retention, serving
 mode, interval, writer, counters = sys.argv[1:5]
 if mode in ("flask", "worker"):  # requests on waitress worker threads, even with one
     serving.LOOP_THREAD = False
@@ -166,7 +166,7 @@ if os.environ.get("BENCH_PAGE_SIZE"):
     # The database was made by `qlshadow token system` before the knobs applied: rebuild
     # it (still nearly empty) with the page size asked for.
     import sqlite3
-    conn = sqlite3.connect(db.sqlite_path(os.environ["QL_DB_URL"]), isolation_level=None)
+    conn = sqlite3.connect(config.sqlite_file(os.environ["QL_DB_URL"]), isolation_level=None)
     for statement in ("PRAGMA journal_mode=delete", f"PRAGMA page_size={pragmas['page_size']}",
                       "VACUUM", "PRAGMA journal_mode=wal"):
         conn.execute(statement)

@@ -61,8 +61,7 @@ def fill(database, runs_wanted: int, now: int) -> dict:
                 name = f"job{n}"
                 cron_id = Cron.insert(name=name, command=f"run {name}", schedule=schedule,
                                       created_at=0, updated_at=0).execute()
-                revision = task_revision(revision_doc(name, f"run {name}", schedule, None, None,
-                                                      None, None, None, 0))
+                revision = task_revision(revision_doc(name, f"run {name}", schedule))
                 crons.append((cron_id, period, offset, revision))
     per_week = sum(WEEK // period for _, period, _, _ in crons)
     weeks = -(-runs_wanted // per_week)

@@ -58,14 +58,14 @@ def sizes(path: str) -> tuple:
 # --- flat: a million callbacks with the default retention ----------------------------------
 
 def flat(base: str, callbacks: int, crons: int, every: int) -> dict:
-    from qlshadow import db, retention
+    from qlshadow import config, db, retention
     from qlshadow.legacy import apply_status_callback, parse_status_callback
     from qlshadow.models import Cron, RunningInstance, ShadowRun
     from qlshadow.shadow.writer import observe
 
     data = os.path.join(base, "flat")
     app, settings = load_app(data, {})
-    path = db.sqlite_path(settings.db_url)
+    path = config.sqlite_file(settings.db_url)
     with db.database.connection_context(), db.write_transaction():
         ids = [Cron.insert(name=f"job{n}", command=f"task job{n}.sh", schedule="* * * * *",
                            created_at=START, updated_at=START).execute() for n in range(crons)]
@@ -130,7 +130,7 @@ def fill_runs(path: str, count: int, crons: int) -> None:
 
 
 def latency(base: str, counts: list, crons: int, requests: int) -> dict:
-    from qlshadow import db
+    from qlshadow import config, db
     from qlshadow.auth import system_token
 
     clients = {}
@@ -138,7 +138,7 @@ def latency(base: str, counts: list, crons: int, requests: int) -> dict:
         data = os.path.join(base, f"runs_{count}")
         app, settings = load_app(data, RETENTION_OFF)
         bench.progress(f"latency: inserting {count} Runs")
-        fill_runs(db.sqlite_path(settings.db_url), count, crons)
+        fill_runs(config.sqlite_file(settings.db_url), count, crons)
         with db.database.connection_context(), db.write_transaction():
             token = system_token(settings.token_file)["value"]
         db.discard_connection()

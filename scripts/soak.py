@@ -75,7 +75,8 @@ class Server:
         self.workdir = workdir
         db_url = db_url or f"sqlite:///{os.path.join(workdir, 'qlshadow.db')}"
         # Size and Run count are read from the file on SQLite; PostgreSQL reports neither.
-        self.db_path = db_url[len("sqlite:///"):] if db_url.startswith("sqlite:///") else None
+        from qlshadow.config import sqlite_file
+        self.db_path = sqlite_file(db_url)
         env = {k: v for k, v in os.environ.items() if not k.startswith(("QL_", "QL3_"))}
         env.update({"QL_DATA_DIR": workdir, "QL_HOST": "127.0.0.1", "QL_PORT": "0",
                     "QL_SCHEDULER": "node", "QL_CRONTAB_INSTALL": "",

@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 from urllib.parse import parse_qsl, unquote, urlsplit
 
+from qlshadow.config import sqlite_file
 from qlshadow.shadow.ids import PROJECT_ID, attempt_id, parse_execution_id, run_id
 
 TABLES = ("crons", "running_instances", "apps", "tokens", "shadow_runs", "shadow_failures")
@@ -26,9 +27,9 @@ _HEX64 = re.compile(r"[0-9a-f]{64}")
 
 def connect(db_url: str):
     """A plain DB-API connection to the database a QL_DB_URL names (autocommit reads)."""
-    if db_url.startswith("sqlite:///"):
+    path = sqlite_file(db_url)
+    if path is not None:
         import sqlite3
-        path = unquote(db_url[len("sqlite:///"):].split("?", 1)[0])
         conn = sqlite3.connect(path, timeout=10, isolation_level=None)
         return conn
     import psycopg2
@@ -49,7 +50,7 @@ class Inspector:
 
     def __init__(self, db_url: str):
         self.db_url = db_url
-        self.sqlite = db_url.startswith("sqlite:///")
+        self.sqlite = sqlite_file(db_url) is not None
         self.conn = connect(db_url)
 
     def close(self) -> None:

@@ -5,8 +5,11 @@ import hashlib
 import json
 import re
 
+from ..crons import DEFINITION_FIELDS, REQUIRED_FIELDS
+
 MAX_SECONDS = 281474976710  # seconds*1000 must fit in 48 bits
 PROJECT_ID = "default"
+_OPTIONAL_FIELDS = frozenset(DEFINITION_FIELDS) - frozenset(REQUIRED_FIELDS)
 
 _EXECUTION_ID = re.compile(
     r"legacy-system:([1-9][0-9]{0,11}):"
@@ -74,11 +77,16 @@ def task_revision(doc: dict) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def revision_doc(name, command, schedule, extra_schedules=None, task_before=None,
-                 task_after=None, work_dir=None, log_name=None,
-                 allow_multiple_instances=0) -> dict:
-    """The fields a task revision covers, normalised as docs/CONTRACT.md says."""
-    return {"name": name, "command": command, "schedule": schedule,
-            "extra_schedules": extra_schedules, "task_before": task_before,
-            "task_after": task_after, "work_dir": work_dir, "log_name": log_name,
-            "allow_multiple_instances": 1 if allow_multiple_instances else 0}
+def revision_doc(name: str, command: str, schedule: str, **optional) -> dict:
+    """The cron definition a task revision covers, normalised as docs/CONTRACT.md says.
+
+    optional holds the other definition fields (crons.DEFINITION_FIELDS, extra_schedules
+    as a list); a field not given is unset: null, and allow_multiple_instances 0.
+    """
+    unknown = optional.keys() - _OPTIONAL_FIELDS
+    if unknown:
+        raise TypeError(f"not a cron definition field: {sorted(unknown)[0]}")
+    doc = dict.fromkeys(DEFINITION_FIELDS)
+    doc.update(optional, name=name, command=command, schedule=schedule)
+    doc["allow_multiple_instances"] = 1 if doc["allow_multiple_instances"] else 0
+    return doc

@@ -9,7 +9,6 @@ from ..models import ShadowFailure, ShadowRun
 from .ids import seconds_of_run_id
 
 UUID_TEXT = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
-STATES = ("accepted", "spawned", "running", "exited")
 
 
 def to_json(row: dict) -> dict:

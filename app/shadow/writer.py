@@ -9,19 +9,21 @@ from __future__ import annotations
 
 import json
 import logging
+from operator import itemgetter
 
 from peewee import fn
 
+from ..crons import DEFINITION_FIELDS
 from ..db import Statement, savepoint, slot
 from ..legacy import NOT_GIVEN, StatusCallback
 from ..models import ShadowFailure, ShadowRun, database, storable
+from . import RUN_STATES
 from .ids import PROJECT_ID, attempt_id, parse_execution_id, revision_doc, run_id, task_revision
 
 log = logging.getLogger("qlshadow.shadow")
 
 ORIGIN = "scheduled_system"
-STATES = ("accepted", "spawned", "running", "exited")
-RANK = {state: rank for rank, state in enumerate(STATES)}
+RANK = {state: rank for rank, state in enumerate(RUN_STATES)}
 # The seven fields an exact replay must match, in the order drift is reported.
 REPLAY_FIELDS = ("id", "attempt_id", "task_revision", "cron_id", "origin", "request_id",
                  "accepted_at")
@@ -37,17 +39,18 @@ _REVISIONS_MAX = 512
 _revisions: dict = {}
 
 
+_definition = itemgetter(*DEFINITION_FIELDS)
+
+
 def cron_revision(cron: dict) -> str:
     """Task revision of a cron row as stored (extra_schedules is kept as JSON text)."""
-    key = (cron["name"], cron["command"], cron["schedule"], cron["extra_schedules"],
-           cron["task_before"], cron["task_after"], cron["work_dir"], cron["log_name"],
-           cron["allow_multiple_instances"])
+    key = _definition(cron)
     revision = _revisions.get(key)
     if revision is None:
-        extra = key[3]
-        if extra is not None:
-            extra = json.loads(extra)
-        revision = task_revision(revision_doc(*key[:3], extra, *key[4:]))
+        doc = dict(zip(DEFINITION_FIELDS, key))
+        if doc["extra_schedules"] is not None:
+            doc["extra_schedules"] = json.loads(doc["extra_schedules"])
+        revision = task_revision(revision_doc(**doc))
         if len(_revisions) >= _REVISIONS_MAX:
             _revisions.clear()
         _revisions[key] = revision

@@ -5,7 +5,7 @@ from flask import Blueprint, request
 
 from ..errors import InvalidInput, NotFound
 from ..parse import INT64_MAX
-from ..shadow import reader
+from ..shadow import RUN_STATES, reader
 from .common import ok, query_int, requires_scope
 
 bp = Blueprint("runs", __name__, url_prefix="/open/runs")
@@ -15,8 +15,8 @@ bp = Blueprint("runs", __name__, url_prefix="/open/runs")
 @requires_scope("runs")
 def listing():
     state = request.args.get("state") or None
-    if state is not None and state not in reader.STATES:
-        raise InvalidInput(f"'state' must be one of {', '.join(reader.STATES)}.")
+    if state is not None and state not in RUN_STATES:
+        raise InvalidInput(f"'state' must be one of {', '.join(RUN_STATES)}.")
     before = request.args.get("before") or None
     if before is not None and not reader.UUID_TEXT.fullmatch(before):
         raise InvalidInput("'before' must be a run id (lowercase UUID).")
