@@ -337,6 +337,22 @@ def format_report(data: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def cmd_notify(args) -> int:
+    """Send a test message through every configured notification channel, one line each."""
+    from . import notify  # only this command sends notifications: keep it off other paths
+    channels = notify.configured_channels(notify.load_settings(config_file=args.config))
+    if not channels:
+        raise CliError("no notification channel is configured; docs/NOTIFY.md lists the "
+                       "variables (WEBHOOK_URL, TG_BOT_TOKEN, SMTP_SERVER, ...)")
+    title, content = notify.test_message()
+    failed = 0
+    for channel in channels:
+        result = notify.send(channel, title, content)
+        print(f"{channel.name}: {'ok' if result.ok else 'FAILED'}: {result.reason}", flush=True)
+        failed += not result.ok
+    return 1 if failed else 0
+
+
 def cmd_prune(args) -> int:
     import time
 
@@ -435,6 +451,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("prune", help="delete old Runs, instances, tokens and task logs now "
                        "(QL_RETENTION_*); print what was deleted")
     p.set_defaults(func=cmd_prune)
+
+    p = sub.add_parser("notify", help="notification channels (docs/NOTIFY.md); exit 0 when "
+                       "every channel took the message, 1 otherwise")
+    p.add_argument("--test", action="store_true", required=True,
+                   help="send a test message through every configured channel")
+    p.set_defaults(func=cmd_notify)
 
     p = sub.add_parser("failures", help="list Shadow accept failures, newest first")
     p.add_argument("--limit", type=_positive, default=50)
