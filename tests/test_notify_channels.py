@@ -505,10 +505,14 @@ def test_the_shipped_conf_file_loads_and_configures_no_channel():
     assert notify.configured_channels(notify.load_settings({}, config_file=path)) == []
 
 
-def test_every_channels_settings_are_keys_the_conf_file_accepts():
-    documented = open(os.path.join(ROOT, "docs", "NOTIFY.md"), encoding="utf-8").read()
+def test_every_notification_variable_is_documented_and_in_the_shipped_conf_file():
+    with open(os.path.join(ROOT, "docs", "NOTIFY.md"), encoding="utf-8") as fh:
+        documented = fh.read()
+    with open(os.path.join(ROOT, "conf", "qlshadow.conf"), encoding="utf-8") as fh:
+        shipped = fh.read()
     for key in config.NOTIFY_KEYS:
         assert f"`{key}`" in documented, key
+        assert f"\n#{key}=" in shipped, key
     for name in notify.CHANNEL_NAMES:
         assert f"`{name}`" in documented, name
 
