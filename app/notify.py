@@ -27,8 +27,8 @@ from . import config
 
 DEFAULT_TIMEOUT = 5.0
 # A channel's reply is read only to judge success and quote its first line.
-MAX_REPLY_BYTES = 65536
-MAX_REASON_CHARS = 200
+REPLY_MAX_BYTES = 65536
+REASON_MAX_CHARS = 200
 WEBHOOK_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
 WEBHOOK_CONTENT_TYPES = ("application/x-www-form-urlencoded", "application/json",
                          "multipart/form-data", "text/plain")
@@ -142,7 +142,7 @@ def test_message() -> tuple[str, str]:
 def _first_line(raw: bytes) -> str:
     text = raw.decode("utf-8", "replace").strip()
     line = text.splitlines()[0].strip() if text else "(empty body)"
-    return line[:MAX_REASON_CHARS]
+    return line[:REASON_MAX_CHARS]
 
 
 def _network_reason(exc: BaseException, timeout: float) -> str:
@@ -161,10 +161,10 @@ def _send_http(request: _HttpRequest, timeout: float) -> Result:
                                       method=request.method)
     try:
         with opener.open(outgoing, timeout=timeout) as reply:
-            status, body = reply.status, reply.read(MAX_REPLY_BYTES)
+            status, body = reply.status, reply.read(REPLY_MAX_BYTES)
     except urllib.error.HTTPError as exc:
         with exc:
-            return Result(False, f"HTTP {exc.code}: {_first_line(exc.read(MAX_REPLY_BYTES))}")
+            return Result(False, f"HTTP {exc.code}: {_first_line(exc.read(REPLY_MAX_BYTES))}")
     except urllib.error.URLError as exc:
         reason = exc.reason if isinstance(exc.reason, BaseException) else OSError(exc.reason)
         return Result(False, _network_reason(reason, timeout))
@@ -177,7 +177,7 @@ def _send_http(request: _HttpRequest, timeout: float) -> Result:
 
 
 def _judge_json(accept: Callable[[dict], bool]) -> Callable[[bytes], str | None]:
-    """A judge for APIs that answer 200 with their own error code in a JSON object."""
+    """A judge for APIs that report their own error code in a JSON object on a 2xx reply."""
     def judge(body: bytes) -> str | None:
         try:
             reply = json.loads(body)

@@ -21,6 +21,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from qlshadow import config, notify
+from qlshadow.cli import main
 from conftest import ROOT
 
 TITLE = "Cron 7 failed"
@@ -551,6 +552,15 @@ def test_notify_test_exits_1_when_a_channel_fails_and_still_tries_the_others(rec
     assert result.stdout.splitlines() == ["webhook: FAILED: HTTP 403: forbidden",
                                           "gotify: ok: HTTP 200"]
     assert len(receiver.requests) == 2
+
+
+def test_notify_without_test_is_a_usage_error_and_its_help_exits_zero(capsys):
+    with pytest.raises(SystemExit) as leaving:
+        main(["notify"])
+    assert leaving.value.code == 2 and "--test" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as leaving:
+        main(["notify", "--help"])
+    assert leaving.value.code == 0 and "--test" in capsys.readouterr().out
 
 
 def test_notify_test_with_no_channel_says_so_and_exits_1():
