@@ -28,6 +28,17 @@ TITLE = "Cron 7 failed"
 CONTENT = "exit 2\nlast line: disk full & more"
 
 
+PROXY_VARIABLES = ("http_proxy", "https_proxy", "all_proxy", "no_proxy",
+                   "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY")
+
+
+@pytest.fixture(autouse=True)
+def no_proxy_from_the_environment(monkeypatch):
+    """Requests to the loopback receivers must not detour through a proxy set on the host."""
+    for name in PROXY_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+
+
 # --- a real HTTP receiver -------------------------------------------------------------------
 
 class Receiver:
@@ -522,8 +533,7 @@ def test_every_notification_variable_is_documented_and_in_the_shipped_conf_file(
 
 def _notify_cli(env: dict, *args: str) -> subprocess.CompletedProcess:
     """`qlshadow notify --test` in a child process with only these notification settings."""
-    drop = config.NOTIFY_KEYS | {"QL_CONFIG", "http_proxy", "https_proxy", "HTTP_PROXY",
-                                 "HTTPS_PROXY", "all_proxy", "ALL_PROXY"}
+    drop = config.NOTIFY_KEYS | {"QL_CONFIG", *PROXY_VARIABLES}
     full = {k: v for k, v in os.environ.items() if k not in drop and not k.startswith("QL_")}
     full.update(env)
     return subprocess.run([sys.executable, "-m", "qlshadow.cli", *args, "notify", "--test"],
