@@ -293,6 +293,71 @@ def cmd_reconcile(args) -> int:
     return GATE_EXIT[data["gate"]["verdict"]]
 
 
+<<<<<<< HEAD
+=======
+_COLUMNS = (("cron", "cron_id"), ("name", "name"), ("schedule", "schedule"),
+            ("expected", "expected"), ("runs", "runs"), ("exited", "exited"),
+            ("running", "running"), ("failed", "failed"), ("finish_only", "finish_only"),
+            ("stuck", "stuck"), ("missed", "missed"), ("double", "double"),
+            ("unmatched", "unmatched_instances"), ("drift", "drift"), ("invalid", "invalid"),
+            ("verdict", "verdict"))
+
+
+def format_report(data: dict) -> str:
+    """The gate's report as a plain table, then the reasons."""
+    import time
+
+    def when(t):
+        return time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(t))
+
+    def cell(report, key):
+        value = report[key]
+        if key in ("missed", "double"):
+            return str(len(value) + report[key + "_omitted"])
+        if key == "name" and len(value) > 24:
+            return value[:23] + "~"
+        return str(value)
+
+    window, gate = data["window"], data["gate"]
+    lines = [f"reconcile {when(window['since'])} .. {when(window['until'])}: "
+             f"{gate['verdict'].upper()}"]
+    rows = [[title for title, _ in _COLUMNS]]
+    rows += [[cell(r, key) for _, key in _COLUMNS] for r in data["crons"]]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(_COLUMNS))]
+    text_columns = {1, 2, len(_COLUMNS) - 1}
+    for row in rows:
+        lines.append("  ".join(v.ljust(w) if i in text_columns else v.rjust(w)
+                               for i, (v, w) in enumerate(zip(row, widths))).rstrip())
+    for r in data["crons"]:
+        if r["definition_changed"]:
+            lines.append(f"note: cron {r['cron_id']} changed its definition in or after the "
+                         "window; firings are judged from "
+                         + (when(r["evaluated_from"]) if r["evaluated_from"] else "nowhere"))
+    if gate["failures"]:
+        lines.append("accept failures: " + ", ".join(
+            f"{reason} {count}" for reason, count in sorted(gate["failures"].items())))
+    for reason in gate["reasons"]:
+        lines.append(f"- {reason}")
+    return "\n".join(lines) + "\n"
+
+
+def cmd_notify(args) -> int:
+    """Send a test message through every configured notification channel, one line each."""
+    from . import notify  # only this command sends notifications: keep it off other paths
+    channels = notify.configured_channels(notify.load_settings(config_file=args.config))
+    if not channels:
+        raise CliError("no notification channel is configured; docs/NOTIFY.md lists the "
+                       "variables (WEBHOOK_URL, TG_BOT_TOKEN, SMTP_SERVER, ...)")
+    title, content = notify.test_message()
+    failed = 0
+    for channel in channels:
+        result = notify.send(channel, title, content)
+        print(f"{channel.name}: {'ok' if result.ok else 'FAILED'}: {result.reason}", flush=True)
+        failed += not result.ok
+    return 1 if failed else 0
+
+
+>>>>>>> notify
 def cmd_prune(args) -> int:
     import time
 
@@ -391,6 +456,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("prune", help="delete old Runs, instances, tokens and task logs now "
                        "(QL_RETENTION_*); print what was deleted")
     p.set_defaults(func=cmd_prune)
+
+    p = sub.add_parser("notify", help="notification channels (docs/NOTIFY.md); exit 0 when "
+                       "every channel took the message, 1 otherwise")
+    p.add_argument("--test", action="store_true", required=True,
+                   help="send a test message through every configured channel")
+    p.set_defaults(func=cmd_notify)
 
     p = sub.add_parser("failures", help="list Shadow accept failures, newest first")
     p.add_argument("--limit", type=_positive, default=50)

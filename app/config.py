@@ -26,6 +26,28 @@ FILE_KEYS = frozenset({
     "QL_RETENTION_LOG_DAYS",
 })
 
+# Notification settings (docs/NOTIFY.md), read by qlshadow.notify only, never by the
+# service: QingLong's own variable names, so an operator's existing values work unchanged,
+# plus our overrides of the channels' public addresses and the send timeout.
+NOTIFY_KEYS = frozenset({
+    "QL_NOTIFY_TIMEOUT",
+    "WEBHOOK_URL", "WEBHOOK_METHOD", "WEBHOOK_CONTENT_TYPE", "WEBHOOK_BODY", "WEBHOOK_HEADERS",
+    "NTFY_URL", "NTFY_TOPIC", "NTFY_PRIORITY", "NTFY_TOKEN", "NTFY_USERNAME", "NTFY_PASSWORD",
+    "NTFY_ACTIONS",
+    "GOTIFY_URL", "GOTIFY_TOKEN", "GOTIFY_PRIORITY",
+    "BARK_PUSH", "BARK_ARCHIVE", "BARK_GROUP", "BARK_SOUND", "BARK_ICON", "BARK_LEVEL",
+    "BARK_URL", "BARK_ORIGIN",
+    "TG_BOT_TOKEN", "TG_USER_ID", "TG_API_HOST", "TG_PROXY_HOST", "TG_PROXY_PORT",
+    "TG_PROXY_AUTH",
+    "PUSH_KEY", "PUSH_KEY_ORIGIN",
+    "PUSH_PLUS_TOKEN", "PUSH_PLUS_USER", "PUSH_PLUS_TEMPLATE", "PUSH_PLUS_CHANNEL",
+    "PUSH_PLUS_WEBHOOK", "PUSH_PLUS_CALLBACKURL", "PUSH_PLUS_TO", "PUSH_PLUS_ORIGIN",
+    "QYWX_KEY", "QYWX_ORIGIN",
+    "DD_BOT_TOKEN", "DD_BOT_SECRET", "DD_BOT_ORIGIN",
+    "FSKEY", "FSSECRET", "FSKEY_ORIGIN",
+    "SMTP_SERVER", "SMTP_SSL", "SMTP_EMAIL", "SMTP_PASSWORD", "SMTP_NAME",
+})
+
 
 class ConfigError(ValueError):
     """A configuration value that cannot be used; the message names the key."""
@@ -147,7 +169,7 @@ def read_config_file(path: str) -> dict:
         key = key.strip()
         if not sep or not key:
             raise ConfigError(f"{path}:{number}: expected KEY=VALUE")
-        if key not in FILE_KEYS:
+        if key not in FILE_KEYS and key not in NOTIFY_KEYS:
             raise ConfigError(f"{path}:{number}: unknown key {key}")
         value = value.strip()
         if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":

@@ -1,0 +1,537 @@
+"""Notification channels, configured with QingLong's notify variable names (docs/NOTIFY.md).
+
+Standard library only and no Flask: `qlshadow notify` imports this module, the callback
+path never does. `send` makes one attempt with a short timeout and never raises for a
+channel's failure; whoever calls it decides about retries. No URL, token or password is
+ever part of a result or a log line.
+"""
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import http.client
+import json
+import os
+import re
+import secrets
+import socket
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass, field
+from typing import Callable, Mapping
+
+from . import config
+
+DEFAULT_TIMEOUT = 5.0
+# A channel's reply is read only to judge success and quote its first line.
+REPLY_MAX_BYTES = 65536
+REASON_MAX_CHARS = 200
+WEBHOOK_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
+WEBHOOK_CONTENT_TYPES = ("application/x-www-form-urlencoded", "application/json",
+                         "multipart/form-data", "text/plain")
+# KEY=VALUE lines cannot hold a line break, so in the conf file these two values write
+# one as the two characters \n (an environment variable holds real line breaks).
+MULTILINE_KEYS = ("WEBHOOK_BODY", "WEBHOOK_HEADERS")
+
+
+class ChannelError(Exception):
+    """A channel's settings cannot be used; the message names the variable."""
+
+
+@dataclass(frozen=True)
+class Result:
+    """One send attempt: ok, and a short reason (the HTTP status, or what went wrong)."""
+    ok: bool
+    reason: str
+
+
+@dataclass(frozen=True)
+class Channel:
+    """A configured channel; `error` says why it cannot send (a setting is missing or bad)."""
+    name: str
+    values: Mapping[str, str] = field(repr=False)  # holds secrets: never in a repr
+    timeout: float = DEFAULT_TIMEOUT
+    error: str = ""
+
+
+@dataclass
+class _HttpRequest:
+    method: str
+    url: str
+    headers: dict
+    body: bytes | None = None
+    # Returns why a 2xx reply still means failure (an API's own error code), or None.
+    judge: Callable[[bytes], str | None] = lambda body: None
+    proxy: str | None = None
+
+
+# --- settings -------------------------------------------------------------------------------
+
+def load_settings(environ: Mapping[str, str] | None = None,
+                  config_file: str | None = None) -> dict:
+    """The notification variables from the conf file overlaid by the environment.
+
+    The file is the one `config.load` reads (--config, else QL_CONFIG). As in QingLong, an
+    empty environment variable counts as unset, so it does not hide the file's value.
+    """
+    env = os.environ if environ is None else environ
+    path = config_file or env.get("QL_CONFIG") or None
+    file_values = config.read_config_file(path) if path else {}
+    values = {}
+    for key, value in file_values.items():
+        if key in config.NOTIFY_KEYS:
+            values[key] = value.replace("\\n", "\n") if key in MULTILINE_KEYS else value
+    for key in config.NOTIFY_KEYS:
+        if env.get(key):
+            values[key] = env[key]
+    return values
+
+
+def configured_channels(values: Mapping[str, str] | None = None) -> list[Channel]:
+    """Every channel with one of its variables set, in a fixed order.
+
+    A channel whose settings are incomplete or bad is listed too, with `error` set, so
+    the operator hears about it instead of silently getting nothing.
+    Raises config.ConfigError for a bad QL_NOTIFY_TIMEOUT.
+    """
+    values = load_settings() if values is None else dict(values)
+    timeout = DEFAULT_TIMEOUT
+    if values.get("QL_NOTIFY_TIMEOUT", "").strip():
+        timeout = config._float("QL_NOTIFY_TIMEOUT", values["QL_NOTIFY_TIMEOUT"], 0.5, 120)
+    channels = []
+    for name, (triggers, build) in _CHANNELS.items():
+        if not any(values.get(key, "").strip() for key in triggers):
+            continue
+        try:
+            build(values, "title", "content")  # validates the settings; nothing is sent
+            error = ""
+        except ChannelError as exc:
+            error = str(exc)
+        channels.append(Channel(name, values, timeout, error))
+    return channels
+
+
+def send(channel: Channel, title: str, content: str) -> Result:
+    """Send one message through one channel, once; never raises for the channel's failure."""
+    if channel.error:
+        return Result(False, channel.error)
+    try:
+        prepared = _CHANNELS[channel.name][1](channel.values, title, content)
+        if channel.name == "smtp":
+            return _send_smtp(prepared, title, content, channel.timeout)
+        return _send_http(prepared, channel.timeout)
+    except ChannelError as exc:
+        return Result(False, str(exc))
+    except Exception as exc:  # a last resort: one channel's surprise must not stop the others
+        return Result(False, f"unexpected error: {type(exc).__name__}")
+
+
+def test_message() -> tuple[str, str]:
+    """The title and content `qlshadow notify --test` sends."""
+    when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+    return ("qlshadow: test notification",
+            f"A test message from qlshadow on {socket.gethostname()} at {when}.\n"
+            "This channel works.")
+
+
+# --- transport ------------------------------------------------------------------------------
+
+def _first_line(raw: bytes) -> str:
+    text = raw.decode("utf-8", "replace").strip()
+    line = text.splitlines()[0].strip() if text else "(empty body)"
+    return line[:REASON_MAX_CHARS]
+
+
+def _network_reason(exc: BaseException, timeout: float) -> str:
+    if isinstance(exc, TimeoutError):
+        return f"no answer within {timeout:g} s"
+    detail = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+    return f"network error: {detail}"
+
+
+def _send_http(request: _HttpRequest, timeout: float) -> Result:
+    # A proxy set for the channel replaces the environment's (http_proxy and the like).
+    handlers = ([urllib.request.ProxyHandler({"http": request.proxy, "https": request.proxy})]
+                if request.proxy else [])
+    opener = urllib.request.build_opener(*handlers)
+    outgoing = urllib.request.Request(request.url, data=request.body, headers=request.headers,
+                                      method=request.method)
+    try:
+        with opener.open(outgoing, timeout=timeout) as reply:
+            status, body = reply.status, reply.read(REPLY_MAX_BYTES)
+    except urllib.error.HTTPError as exc:
+        with exc:
+            return Result(False, f"HTTP {exc.code}: {_first_line(exc.read(REPLY_MAX_BYTES))}")
+    except urllib.error.URLError as exc:
+        reason = exc.reason if isinstance(exc.reason, BaseException) else OSError(exc.reason)
+        return Result(False, _network_reason(reason, timeout))
+    except (OSError, http.client.HTTPException) as exc:
+        return Result(False, _network_reason(exc, timeout))
+    problem = request.judge(body)
+    if problem is not None:
+        return Result(False, f"HTTP {status}: {problem}")
+    return Result(True, f"HTTP {status}")
+
+
+def _judge_json(accept: Callable[[dict], bool]) -> Callable[[bytes], str | None]:
+    """A judge for APIs that report their own error code in a JSON object on a 2xx reply."""
+    def judge(body: bytes) -> str | None:
+        try:
+            reply = json.loads(body)
+        except ValueError:
+            return f"not a JSON reply: {_first_line(body)}"
+        return None if isinstance(reply, dict) and accept(reply) else _first_line(body)
+    return judge
+
+
+def _json_body(data: dict) -> bytes:
+    return json.dumps(data, ensure_ascii=False).encode("utf-8")
+
+
+def _form_body(data: dict) -> bytes:
+    return urllib.parse.urlencode(data).encode("ascii")
+
+
+JSON_TYPE = "application/json; charset=utf-8"
+FORM_TYPE = "application/x-www-form-urlencoded"
+
+
+def _base(values: Mapping[str, str], key: str, default: str) -> str:
+    """A channel's public address, or its override (a loopback receiver in tests)."""
+    base = (values.get(key, "").strip() or default).rstrip("/")
+    if not base.startswith(("http://", "https://")):
+        raise ChannelError(f"{key} must start with http:// or https://")
+    return base
+
+
+def _need(values: Mapping[str, str], key: str, why: str = "") -> str:
+    value = values.get(key, "").strip()
+    if not value:
+        raise ChannelError(f"{key} is not set{why}")
+    return value
+
+
+def _text(title: str, content: str) -> str:
+    return f"{title}\n\n{content}"
+
+
+# --- channels -------------------------------------------------------------------------------
+
+def _webhook(values, title, content) -> _HttpRequest:
+    url = _need(values, "WEBHOOK_URL")
+    method = _need(values, "WEBHOOK_METHOD", f" (one of {', '.join(WEBHOOK_METHODS)})").upper()
+    if method not in WEBHOOK_METHODS:
+        raise ChannelError(f"WEBHOOK_METHOD={method!r} must be one of {', '.join(WEBHOOK_METHODS)}")
+    template = values.get("WEBHOOK_BODY", "")
+    if not any(p in url or p in template for p in ("$title", "$content")):
+        raise ChannelError("WEBHOOK_URL or WEBHOOK_BODY must contain $title or $content")
+    content_type = values.get("WEBHOOK_CONTENT_TYPE", "").strip() or FORM_TYPE
+    media_type = content_type.split(";")[0].strip().lower()
+    if media_type not in WEBHOOK_CONTENT_TYPES:
+        raise ChannelError(f"WEBHOOK_CONTENT_TYPE={content_type!r} must be one of "
+                           f"{', '.join(WEBHOOK_CONTENT_TYPES)}")
+    url = (url.replace("$title", urllib.parse.quote_plus(title))
+           .replace("$content", urllib.parse.quote_plus(content)))
+    if not url.startswith(("http://", "https://")):
+        raise ChannelError("WEBHOOK_URL must start with http:// or https://")
+    headers = _header_lines(values.get("WEBHOOK_HEADERS", ""))
+    body = None
+    if template.strip():
+        body, content_type = _webhook_body(template, media_type, content_type, title, content)
+        if not any(name.lower() == "content-type" for name in headers):
+            headers["Content-Type"] = content_type
+    return _HttpRequest(method, url, headers, body)
+
+
+def _header_lines(text: str) -> dict:
+    """`Key: value` lines; a repeated key's values are joined with ', ' (one HTTP header)."""
+    headers: dict = {}
+    for line in text.splitlines():
+        name, sep, value = line.partition(":")
+        name = name.strip()
+        if not sep or not name:
+            continue
+        value = value.strip()
+        headers[name] = f"{headers[name]}, {value}" if name in headers else value
+    return headers
+
+
+def _substitute(value, title: str, content: str):
+    if isinstance(value, str):
+        return value.replace("$title", title).replace("$content", content)
+    if isinstance(value, list):
+        return [_substitute(item, title, content) for item in value]
+    if isinstance(value, dict):
+        return {k: _substitute(v, title, content) for k, v in value.items()}
+    return value
+
+
+def _webhook_body(template: str, media_type: str, content_type: str, title: str,
+                  content: str) -> tuple[bytes, str]:
+    """The request body and its content type, from WEBHOOK_BODY (QingLong's format).
+
+    text/plain sends the text with its placeholders replaced. Otherwise each `key: value`
+    line is a field (a value that parses as JSON is that JSON, else a string; the first
+    of a repeated key wins). Placeholders are replaced after the lines are parsed, so a
+    message with line breaks stays inside its field.
+    """
+    if media_type == "text/plain":
+        return _substitute(template, title, content).encode("utf-8"), content_type
+    fields: dict = {}
+    for line in template.splitlines():
+        key, sep, raw = line.partition(":")
+        key = key.strip()
+        if not sep or not key or key in fields:
+            continue
+        raw = raw.strip()
+        try:
+            fields[key] = json.loads(raw)
+        except ValueError:
+            fields[key] = raw
+    fields = _substitute(fields, title, content)
+    if media_type == "application/json":
+        return _json_body(fields), content_type
+    flat = {k: v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)
+            for k, v in fields.items()}
+    if media_type == "multipart/form-data":
+        boundary = secrets.token_hex(16)
+        parts = [f'--{boundary}\r\nContent-Disposition: form-data; name="{k}"\r\n\r\n{v}\r\n'
+                 for k, v in flat.items()]
+        body = ("".join(parts) + f"--{boundary}--\r\n").encode("utf-8")
+        return body, f"multipart/form-data; boundary={boundary}"
+    return _form_body(flat), content_type
+
+
+def _header_text(value: str) -> str:
+    """A header value; non-ASCII text as an RFC 2047 encoded word (ntfy decodes it)."""
+    if value.isascii():
+        return value
+    return "=?UTF-8?B?" + base64.b64encode(value.encode("utf-8")).decode("ascii") + "?="
+
+
+NTFY_PRIORITIES = ("1", "2", "3", "4", "5", "min", "low", "default", "high", "urgent", "max")
+
+
+def _ntfy(values, title, content) -> _HttpRequest:
+    topic = _need(values, "NTFY_TOPIC")
+    base = _base(values, "NTFY_URL", "https://ntfy.sh")
+    priority = values.get("NTFY_PRIORITY", "").strip() or "3"
+    if priority not in NTFY_PRIORITIES:
+        raise ChannelError(f"NTFY_PRIORITY={priority!r} must be 1 to 5")
+    headers = {"Title": _header_text(title), "Priority": priority,
+               "Content-Type": "text/plain; charset=utf-8"}
+    if values.get("NTFY_TOKEN", "").strip():
+        headers["Authorization"] = "Bearer " + values["NTFY_TOKEN"].strip()
+    elif values.get("NTFY_USERNAME", "").strip() and values.get("NTFY_PASSWORD", ""):
+        pair = f"{values['NTFY_USERNAME'].strip()}:{values['NTFY_PASSWORD']}"
+        headers["Authorization"] = "Basic " + base64.b64encode(pair.encode("utf-8")).decode("ascii")
+    if values.get("NTFY_ACTIONS", "").strip():
+        headers["Actions"] = _header_text(values["NTFY_ACTIONS"].strip())
+    url = f"{base}/{urllib.parse.quote(topic, safe='')}"
+    return _HttpRequest("POST", url, headers, content.encode("utf-8"))
+
+
+def _gotify(values, title, content) -> _HttpRequest:
+    base = _base(values, "GOTIFY_URL", _need(values, "GOTIFY_URL"))
+    token = _need(values, "GOTIFY_TOKEN")
+    priority = values.get("GOTIFY_PRIORITY", "").strip() or "0"
+    if not priority.isdigit():
+        raise ChannelError(f"GOTIFY_PRIORITY={priority!r} is not a whole number")
+    body = _form_body({"title": title, "message": content, "priority": priority})
+    # The token goes in Gotify's header rather than the URL, which proxies log.
+    headers = {"Content-Type": FORM_TYPE, "X-Gotify-Key": token}
+    return _HttpRequest("POST", f"{base}/message", headers, body)
+
+
+# Bark's optional variables and the JSON field each one fills.
+BARK_FIELDS = {"BARK_ARCHIVE": "isArchive", "BARK_GROUP": "group", "BARK_SOUND": "sound",
+               "BARK_ICON": "icon", "BARK_LEVEL": "level", "BARK_URL": "url"}
+
+
+def _bark(values, title, content) -> _HttpRequest:
+    push = _need(values, "BARK_PUSH")
+    if push.startswith(("http://", "https://")):
+        url = push.rstrip("/")  # a self-hosted server's URL with the device key
+    else:
+        url = f"{_base(values, 'BARK_ORIGIN', 'https://api.day.app')}/{urllib.parse.quote(push, safe='')}"
+    data = {"title": title, "body": content}
+    for key, name in BARK_FIELDS.items():
+        if values.get(key, "").strip():
+            data[name] = values[key].strip()
+    return _HttpRequest("POST", url, {"Content-Type": JSON_TYPE}, _json_body(data),
+                        _judge_json(lambda r: r.get("code") == 200))
+
+
+def _telegram(values, title, content) -> _HttpRequest:
+    token = _need(values, "TG_BOT_TOKEN")
+    chat = _need(values, "TG_USER_ID")
+    host = values.get("TG_API_HOST", "").strip() or "https://api.telegram.org"
+    if not host.startswith(("http://", "https://")):
+        host = "https://" + host  # QingLong's JS notify takes a bare host name here
+    url = f"{host.rstrip('/')}/bot{token}/sendMessage"
+    proxy = None
+    proxy_host = values.get("TG_PROXY_HOST", "").strip()
+    proxy_port = values.get("TG_PROXY_PORT", "").strip()
+    if proxy_host or proxy_port:
+        if not proxy_host or not proxy_port.isdigit():
+            raise ChannelError("TG_PROXY_HOST and TG_PROXY_PORT (a number) must be set together")
+        auth = values.get("TG_PROXY_AUTH", "").strip()
+        if auth and "@" not in proxy_host:
+            proxy_host = f"{auth}@{proxy_host}"
+        proxy = f"http://{proxy_host}:{proxy_port}"
+    body = _form_body({"chat_id": chat, "text": _text(title, content),
+                       "disable_web_page_preview": "true"})
+    return _HttpRequest("POST", url, {"Content-Type": FORM_TYPE}, body,
+                        _judge_json(lambda r: r.get("ok") is True), proxy)
+
+
+def _serverchan(values, title, content) -> _HttpRequest:
+    key = _need(values, "PUSH_KEY")
+    # ServerChan³ keys (sctp<uid>t...) have their own host per user; the rest use Turbo's.
+    own = re.match(r"sctp(\d+)t", key)
+    default = f"https://{own.group(1)}.push.ft07.com" if own else "https://sctapi.ftqq.com"
+    path = f"/send/{key}.send" if own else f"/{key}.send"
+    url = _base(values, "PUSH_KEY_ORIGIN", default) + urllib.parse.quote(path)
+    # ServerChan renders Markdown: one line break would be lost, so each becomes two.
+    body = _form_body({"text": title, "desp": content.replace("\n", "\n\n")})
+
+    def accepted(reply: dict) -> bool:
+        data = reply.get("data")
+        return (reply.get("code") == 0 or reply.get("errno") == 0
+                or (isinstance(data, dict) and data.get("errno") == 0))
+    return _HttpRequest("POST", url, {"Content-Type": FORM_TYPE}, body, _judge_json(accepted))
+
+
+# Push+'s optional variables and the JSON field each one fills (PUSH_PLUS_USER: a group).
+PUSH_PLUS_FIELDS = {"PUSH_PLUS_USER": "topic", "PUSH_PLUS_TEMPLATE": "template",
+                    "PUSH_PLUS_CHANNEL": "channel", "PUSH_PLUS_WEBHOOK": "webhook",
+                    "PUSH_PLUS_CALLBACKURL": "callbackUrl", "PUSH_PLUS_TO": "to"}
+
+
+def _pushplus(values, title, content) -> _HttpRequest:
+    data = {"token": _need(values, "PUSH_PLUS_TOKEN"), "title": title, "content": content}
+    for key, name in PUSH_PLUS_FIELDS.items():
+        if values.get(key, "").strip():
+            data[name] = values[key].strip()
+    url = _base(values, "PUSH_PLUS_ORIGIN", "https://www.pushplus.plus") + "/send"
+    return _HttpRequest("POST", url, {"Content-Type": JSON_TYPE}, _json_body(data),
+                        _judge_json(lambda r: r.get("code") == 200))
+
+
+def _wecom(values, title, content) -> _HttpRequest:
+    key = urllib.parse.quote(_need(values, "QYWX_KEY"), safe="")
+    url = f"{_base(values, 'QYWX_ORIGIN', 'https://qyapi.weixin.qq.com')}/cgi-bin/webhook/send?key={key}"
+    body = _json_body({"msgtype": "text", "text": {"content": _text(title, content)}})
+    return _HttpRequest("POST", url, {"Content-Type": JSON_TYPE}, body,
+                        _judge_json(lambda r: r.get("errcode") == 0))
+
+
+def dingtalk_sign(secret: str, timestamp_ms: int) -> str:
+    """DingTalk's signature: base64 HMAC-SHA256 of "timestamp\\nsecret" keyed by the secret."""
+    digest = hmac.new(secret.encode("utf-8"), f"{timestamp_ms}\n{secret}".encode("utf-8"),
+                      hashlib.sha256).digest()
+    return base64.b64encode(digest).decode("ascii")
+
+
+def _dingtalk(values, title, content) -> _HttpRequest:
+    token = urllib.parse.quote(_need(values, "DD_BOT_TOKEN"), safe="")
+    url = f"{_base(values, 'DD_BOT_ORIGIN', 'https://oapi.dingtalk.com')}/robot/send?access_token={token}"
+    secret = values.get("DD_BOT_SECRET", "").strip()
+    if secret:  # a robot with "signing" on rejects unsigned requests; without it, none needed
+        now = int(time.time() * 1000)
+        url += f"&timestamp={now}&sign={urllib.parse.quote_plus(dingtalk_sign(secret, now))}"
+    body = _json_body({"msgtype": "text", "text": {"content": _text(title, content)}})
+    return _HttpRequest("POST", url, {"Content-Type": JSON_TYPE}, body,
+                        _judge_json(lambda r: r.get("errcode") == 0))
+
+
+def feishu_sign(secret: str, timestamp: int) -> str:
+    """Feishu's signature: base64 HMAC-SHA256 of nothing, keyed by "timestamp\\nsecret"."""
+    key = f"{timestamp}\n{secret}".encode("utf-8")
+    return base64.b64encode(hmac.new(key, b"", hashlib.sha256).digest()).decode("ascii")
+
+
+def _feishu(values, title, content) -> _HttpRequest:
+    key = urllib.parse.quote(_need(values, "FSKEY"), safe="")
+    url = f"{_base(values, 'FSKEY_ORIGIN', 'https://open.feishu.cn')}/open-apis/bot/v2/hook/{key}"
+    data: dict = {"msg_type": "text", "content": {"text": _text(title, content)}}
+    secret = values.get("FSSECRET", "").strip()
+    if secret:
+        now = int(time.time())
+        data.update(timestamp=str(now), sign=feishu_sign(secret, now))
+    return _HttpRequest("POST", url, {"Content-Type": JSON_TYPE}, _json_body(data),
+                        _judge_json(lambda r: r.get("code") == 0 or r.get("StatusCode") == 0))
+
+
+@dataclass(frozen=True)
+class _SmtpSettings:
+    host: str
+    port: int
+    use_ssl: bool
+    email: str
+    password: str = field(repr=False)
+    name: str
+
+
+def _smtp(values, title, content) -> _SmtpSettings:
+    server = _need(values, "SMTP_SERVER", " (host:port)")
+    ssl_text = values.get("SMTP_SSL", "").strip().lower() or "false"
+    if ssl_text not in ("true", "false"):
+        raise ChannelError(f"SMTP_SSL={values['SMTP_SSL']!r} must be true or false")
+    use_ssl = ssl_text == "true"
+    email = _need(values, "SMTP_EMAIL")
+    host, sep, port = server.rpartition(":")
+    if not sep:
+        host, port = server, ("465" if use_ssl else "25")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ChannelError(f"SMTP_SERVER={server!r} must be host:port")
+    return _SmtpSettings(host.strip("[]"), int(port), use_ssl, email,
+                         values.get("SMTP_PASSWORD", ""), values.get("SMTP_NAME", "").strip())
+
+
+def _send_smtp(settings: _SmtpSettings, title: str, content: str, timeout: float) -> Result:
+    import smtplib  # only this channel needs the mail modules
+    from email.message import EmailMessage
+    from email.utils import formataddr
+
+    message = EmailMessage()
+    message["Subject"] = title
+    # As in QingLong: from the account to itself.
+    message["From"] = message["To"] = formataddr((settings.name, settings.email))
+    message.set_content(content)
+    connect = smtplib.SMTP_SSL if settings.use_ssl else smtplib.SMTP
+    try:
+        with connect(settings.host, settings.port, timeout=timeout) as server:
+            if settings.password:
+                server.login(settings.email, settings.password)
+            server.send_message(message)
+    except smtplib.SMTPRecipientsRefused as exc:
+        code, text = next(iter(exc.recipients.values()))
+        return Result(False, f"SMTP {code}: {_first_line(text)}")
+    except smtplib.SMTPResponseException as exc:
+        return Result(False, f"SMTP {exc.smtp_code}: {_first_line(exc.smtp_error)}")
+    except smtplib.SMTPException as exc:
+        return Result(False, f"SMTP error: {_first_line(str(exc).encode())}")
+    except OSError as exc:
+        return Result(False, _network_reason(exc, timeout))
+    return Result(True, "SMTP accepted")
+
+
+# name -> (variables that switch the channel on, builder). The order is the send order.
+_CHANNELS: dict = {
+    "webhook": (("WEBHOOK_URL", "WEBHOOK_METHOD"), _webhook),
+    "ntfy": (("NTFY_TOPIC",), _ntfy),
+    "gotify": (("GOTIFY_URL", "GOTIFY_TOKEN"), _gotify),
+    "bark": (("BARK_PUSH",), _bark),
+    "telegram": (("TG_BOT_TOKEN", "TG_USER_ID"), _telegram),
+    "serverchan": (("PUSH_KEY",), _serverchan),
+    "pushplus": (("PUSH_PLUS_TOKEN",), _pushplus),
+    "wecom": (("QYWX_KEY",), _wecom),
+    "dingtalk": (("DD_BOT_TOKEN", "DD_BOT_SECRET"), _dingtalk),
+    "feishu": (("FSKEY",), _feishu),
+    "smtp": (("SMTP_SERVER", "SMTP_EMAIL"), _smtp),
+}
+CHANNEL_NAMES = tuple(_CHANNELS)

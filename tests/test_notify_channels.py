@@ -1,0 +1,589 @@
+"""Notification channels (docs/NOTIFY.md): each channel's exact request against a real
+receiver on 127.0.0.1, SMTP against a small SMTP server written here, failures reported
+and never raised, the conf file and the environment, and `qlshadow notify --test`."""
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import os
+import socketserver
+import subprocess
+import sys
+import threading
+import urllib.parse
+from email import message_from_bytes, policy
+from email.header import decode_header, make_header
+from email.parser import BytesParser
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from qlshadow import config, notify
+from qlshadow.cli import main
+from conftest import ROOT
+
+TITLE = "Cron 7 failed"
+CONTENT = "exit 2\nlast line: disk full & more"
+
+
+PROXY_VARIABLES = ("http_proxy", "https_proxy", "all_proxy", "no_proxy",
+                   "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY")
+
+
+@pytest.fixture(autouse=True)
+def no_proxy_from_the_environment(monkeypatch):
+    """Requests to the loopback receivers must not detour through a proxy set on the host."""
+    for name in PROXY_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+
+
+# --- a real HTTP receiver -------------------------------------------------------------------
+
+class Receiver:
+    """An HTTP server on 127.0.0.1 that records every request and answers as told.
+
+    `replies` is a list of (status, body) used in order, then `default` for the rest;
+    `hold` makes it never answer (until the test ends), for the timeout test.
+    """
+
+    def __init__(self, default=(200, b"{}")):
+        self.requests: list = []
+        self.replies: list = []
+        self.default = default
+        self.hold = False
+        self.released = threading.Event()
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def _record(self):
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else b""
+                receiver.requests.append({
+                    "method": self.command, "path": self.path,
+                    "headers": {k.lower(): v for k, v in self.headers.items()}, "body": body})
+                if receiver.hold:
+                    receiver.released.wait()
+                    return
+                status, reply = receiver.replies.pop(0) if receiver.replies else receiver.default
+                self.send_response(status)
+                self.send_header("Content-Length", str(len(reply)))
+                self.end_headers()
+                self.wfile.write(reply)
+
+            do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _record
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.server.handle_error = lambda request, address: None
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    @property
+    def last(self) -> dict:
+        assert len(self.requests) == 1, self.requests
+        return self.requests[0]
+
+    def fail_times(self, count: int, status: int = 500, body: bytes = b"boom\nsecond line") -> None:
+        self.replies.extend([(status, body)] * count)
+
+    def close(self) -> None:
+        self.released.set()
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join()
+
+
+@pytest.fixture
+def receiver():
+    server = Receiver()
+    yield server
+    server.close()
+
+
+def _only(values: dict) -> notify.Channel:
+    channels = notify.configured_channels(values)
+    assert len(channels) == 1, channels
+    return channels[0]
+
+
+def _send(values: dict, title: str = TITLE, content: str = CONTENT) -> notify.Result:
+    return notify.send(_only(values), title, content)
+
+
+def _json(request: dict) -> dict:
+    return json.loads(request["body"].decode("utf-8"))
+
+
+def _form(request: dict) -> dict:
+    return dict(urllib.parse.parse_qsl(request["body"].decode("ascii"), keep_blank_values=True))
+
+
+# --- webhook (QingLong's custom notification) -----------------------------------------------
+
+def test_webhook_sends_json_fields_with_the_placeholders_replaced(receiver):
+    result = _send({"WEBHOOK_URL": receiver.url + "/hook", "WEBHOOK_METHOD": "POST",
+                    "WEBHOOK_CONTENT_TYPE": "application/json",
+                    "WEBHOOK_BODY": 'title: $title\ncontent: $content\npriority: 5\n'
+                                    'extra: {"tag": "$title"}'})
+
+    request = receiver.last
+    assert result == notify.Result(True, "HTTP 200")
+    assert (request["method"], request["path"]) == ("POST", "/hook")
+    assert request["headers"]["content-type"] == "application/json"
+    assert _json(request) == {"title": TITLE, "content": CONTENT, "priority": 5,
+                              "extra": {"tag": TITLE}}
+
+
+def test_webhook_placeholders_in_the_url_are_url_encoded(receiver):
+    result = _send({"WEBHOOK_URL": receiver.url + "/push?t=$title&c=$content",
+                    "WEBHOOK_METHOD": "get"})
+
+    request = receiver.last
+    assert result.ok and request["method"] == "GET" and request["body"] == b""
+    path, _, query = request["path"].partition("?")
+    assert path == "/push"
+    assert query == f"t={urllib.parse.quote_plus(TITLE)}&c={urllib.parse.quote_plus(CONTENT)}"
+    assert urllib.parse.parse_qs(query) == {"t": [TITLE], "c": [CONTENT]}
+
+
+def test_webhook_body_is_a_form_by_default(receiver):
+    _send({"WEBHOOK_URL": receiver.url, "WEBHOOK_METHOD": "PUT",
+           "WEBHOOK_BODY": "text: $title\ndesp: $content\ntext: ignored, the first one wins"})
+
+    request = receiver.last
+    assert request["method"] == "PUT"
+    assert request["headers"]["content-type"] == "application/x-www-form-urlencoded"
+    assert _form(request) == {"text": TITLE, "desp": CONTENT}
+
+
+def test_webhook_text_plain_sends_the_body_as_written(receiver):
+    _send({"WEBHOOK_URL": receiver.url, "WEBHOOK_METHOD": "POST",
+           "WEBHOOK_CONTENT_TYPE": "text/plain", "WEBHOOK_BODY": "[$title] $content"})
+
+    assert receiver.last["headers"]["content-type"] == "text/plain"
+    assert receiver.last["body"].decode() == f"[{TITLE}] {CONTENT}"
+
+
+def test_webhook_multipart_form_carries_each_field(receiver):
+    _send({"WEBHOOK_URL": receiver.url, "WEBHOOK_METHOD": "POST",
+           "WEBHOOK_CONTENT_TYPE": "multipart/form-data",
+           "WEBHOOK_BODY": "title: $title\ncontent: $content"})
+
+    request = receiver.last
+    raw = (f"Content-Type: {request['headers']['content-type']}\r\n\r\n").encode() + request["body"]
+    parts = BytesParser(policy=policy.HTTP).parsebytes(raw).iter_parts()
+    fields = {part.get_param("name", header="content-disposition"): part.get_content()
+              for part in parts}
+    assert fields == {"title": TITLE, "content": CONTENT}
+
+
+def test_webhook_headers_are_key_value_lines_and_a_repeated_key_is_joined(receiver):
+    _send({"WEBHOOK_URL": receiver.url + "/$title", "WEBHOOK_METHOD": "POST",
+           "WEBHOOK_HEADERS": "Authorization: Bearer s3cret\nX-Tag: a\nX-Tag: b\nnot a header"})
+
+    headers = receiver.last["headers"]
+    assert headers["authorization"] == "Bearer s3cret"
+    assert headers["x-tag"] == "a, b"
+
+
+@pytest.mark.parametrize("values, reason", [
+    ({"WEBHOOK_URL": "http://127.0.0.1:9/$title"}, "WEBHOOK_METHOD is not set"),
+    ({"WEBHOOK_URL": "http://127.0.0.1:9/$title", "WEBHOOK_METHOD": "FETCH"},
+     "WEBHOOK_METHOD='FETCH' must be one of"),
+    ({"WEBHOOK_URL": "http://127.0.0.1:9/", "WEBHOOK_METHOD": "POST"},
+     "must contain $title or $content"),
+    ({"WEBHOOK_URL": "http://127.0.0.1:9/", "WEBHOOK_METHOD": "POST", "WEBHOOK_BODY": "t: $title",
+      "WEBHOOK_CONTENT_TYPE": "application/xml"}, "WEBHOOK_CONTENT_TYPE='application/xml'"),
+    ({"TG_BOT_TOKEN": "123:abc"}, "TG_USER_ID is not set"),
+    ({"SMTP_SERVER": "127.0.0.1:25", "SMTP_EMAIL": "a@example.org", "SMTP_SSL": "yes"},
+     "SMTP_SSL='yes' must be true or false"),
+    ({"NTFY_TOPIC": "t", "NTFY_URL": "ftp://x"}, "NTFY_URL must start with http"),
+])
+def test_a_channel_with_incomplete_settings_is_listed_with_the_reason_and_sends_nothing(values, reason):
+    channel = _only(values)
+    result = notify.send(channel, TITLE, CONTENT)
+
+    assert reason in channel.error
+    assert result == notify.Result(False, channel.error)
+
+
+# --- the push services ----------------------------------------------------------------------
+
+def test_ntfy_posts_the_content_to_the_topic_with_title_priority_and_token(receiver):
+    result = _send({"NTFY_URL": receiver.url, "NTFY_TOPIC": "cron alerts", "NTFY_PRIORITY": "4",
+                    "NTFY_TOKEN": "tk_1"}, title="Tâche 7 échouée")
+
+    request = receiver.last
+    assert result.ok
+    assert (request["method"], request["path"]) == ("POST", "/cron%20alerts")
+    assert request["body"].decode() == CONTENT
+    assert str(make_header(decode_header(request["headers"]["title"]))) == "Tâche 7 échouée"
+    assert request["headers"]["priority"] == "4"
+    assert request["headers"]["authorization"] == "Bearer tk_1"
+
+
+def test_ntfy_uses_basic_auth_and_priority_3_when_only_a_user_is_set(receiver):
+    _send({"NTFY_URL": receiver.url + "/", "NTFY_TOPIC": "t", "NTFY_USERNAME": "ops",
+           "NTFY_PASSWORD": "pw"})
+
+    headers = receiver.last["headers"]
+    assert receiver.last["path"] == "/t"
+    assert headers["title"] == TITLE and headers["priority"] == "3"
+    assert headers["authorization"] == "Basic " + base64.b64encode(b"ops:pw").decode()
+
+
+def test_gotify_posts_a_form_to_message_with_the_token_in_its_header(receiver):
+    receiver.default = (200, b'{"id": 12}')
+    result = _send({"GOTIFY_URL": receiver.url, "GOTIFY_TOKEN": "AbC", "GOTIFY_PRIORITY": "8"})
+
+    request = receiver.last
+    assert result.ok and (request["method"], request["path"]) == ("POST", "/message")
+    assert request["headers"]["x-gotify-key"] == "AbC"
+    assert _form(request) == {"title": TITLE, "message": CONTENT, "priority": "8"}
+
+
+def test_bark_posts_json_to_the_device_key_under_the_overridden_origin(receiver):
+    receiver.default = (200, b'{"code": 200, "message": "success"}')
+    result = _send({"BARK_PUSH": "DeviceKey1", "BARK_ORIGIN": receiver.url, "BARK_GROUP": "qlshadow",
+                    "BARK_SOUND": "alarm", "BARK_LEVEL": "timeSensitive", "BARK_ARCHIVE": "1"})
+
+    request = receiver.last
+    assert result.ok and (request["method"], request["path"]) == ("POST", "/DeviceKey1")
+    assert request["headers"]["content-type"].startswith("application/json")
+    assert _json(request) == {"title": TITLE, "body": CONTENT, "group": "qlshadow",
+                              "sound": "alarm", "level": "timeSensitive", "isArchive": "1"}
+
+
+def test_bark_push_may_be_a_self_hosted_url_with_the_key(receiver):
+    receiver.default = (200, b'{"code": 200}')
+    assert _send({"BARK_PUSH": receiver.url + "/selfkey/"}).ok
+    assert receiver.last["path"] == "/selfkey"
+
+
+def test_telegram_posts_the_message_form_to_the_bot_api_host(receiver):
+    receiver.default = (200, b'{"ok": true, "result": {}}')
+    result = _send({"TG_BOT_TOKEN": "123:ABC", "TG_USER_ID": "42", "TG_API_HOST": receiver.url})
+
+    request = receiver.last
+    assert result.ok and (request["method"], request["path"]) == ("POST", "/bot123:ABC/sendMessage")
+    assert _form(request) == {"chat_id": "42", "text": f"{TITLE}\n\n{CONTENT}",
+                              "disable_web_page_preview": "true"}
+
+
+def test_telegram_goes_through_the_http_proxy_with_its_credentials(receiver):
+    receiver.default = (200, b'{"ok": true}')
+    port = str(receiver.server.server_address[1])
+    result = _send({"TG_BOT_TOKEN": "1:x", "TG_USER_ID": "42", "TG_API_HOST": "http://tg.invalid",
+                    "TG_PROXY_HOST": "127.0.0.1", "TG_PROXY_PORT": port, "TG_PROXY_AUTH": "u:p"})
+
+    request = receiver.last
+    assert result.ok
+    assert request["path"] == "http://tg.invalid/bot1:x/sendMessage"  # a proxy's absolute form
+    assert request["headers"]["proxy-authorization"] == "Basic " + base64.b64encode(b"u:p").decode()
+
+
+def test_telegram_reports_the_apis_own_refusal(receiver):
+    receiver.default = (200, b'{"ok": false, "description": "chat not found"}')
+    result = _send({"TG_BOT_TOKEN": "1:x", "TG_USER_ID": "42", "TG_API_HOST": receiver.url})
+    assert result == notify.Result(False, 'HTTP 200: {"ok": false, "description": "chat not found"}')
+
+
+@pytest.mark.parametrize("key, path", [("SCT123abc", "/SCT123abc.send"),
+                                       ("sctp77tXYZ", "/send/sctp77tXYZ.send")])
+def test_serverchan_posts_title_and_markdown_content_to_the_keys_path(receiver, key, path):
+    receiver.default = (200, b'{"code": 0, "message": ""}')
+    result = _send({"PUSH_KEY": key, "PUSH_KEY_ORIGIN": receiver.url})
+
+    request = receiver.last
+    assert result.ok and (request["method"], request["path"]) == ("POST", path)
+    assert _form(request) == {"text": TITLE, "desp": CONTENT.replace("\n", "\n\n")}
+
+
+def test_pushplus_posts_json_with_the_token_and_the_group(receiver):
+    receiver.default = (200, b'{"code": 200, "msg": "ok"}')
+    result = _send({"PUSH_PLUS_TOKEN": "pp", "PUSH_PLUS_USER": "team", "PUSH_PLUS_ORIGIN": receiver.url})
+
+    request = receiver.last
+    assert result.ok and (request["method"], request["path"]) == ("POST", "/send")
+    assert _json(request) == {"token": "pp", "title": TITLE, "content": CONTENT, "topic": "team"}
+
+
+def test_wecom_bot_posts_a_text_message_to_its_key(receiver):
+    receiver.default = (200, b'{"errcode": 0, "errmsg": "ok"}')
+    result = _send({"QYWX_KEY": "k-1", "QYWX_ORIGIN": receiver.url})
+
+    request = receiver.last
+    assert result.ok and request["path"] == "/cgi-bin/webhook/send?key=k-1"
+    assert _json(request) == {"msgtype": "text", "text": {"content": f"{TITLE}\n\n{CONTENT}"}}
+
+
+def test_dingtalk_request_carries_a_signature_the_secret_verifies(receiver):
+    receiver.default = (200, b'{"errcode": 0, "errmsg": "ok"}')
+    result = _send({"DD_BOT_TOKEN": "tok", "DD_BOT_SECRET": "SECabc", "DD_BOT_ORIGIN": receiver.url})
+
+    request = receiver.last
+    path, _, query = request["path"].partition("?")
+    params = dict(urllib.parse.parse_qsl(query))
+    expected = base64.b64encode(hmac.new(b"SECabc", f"{params['timestamp']}\nSECabc".encode(),
+                                         hashlib.sha256).digest()).decode()
+    assert result.ok and path == "/robot/send"
+    assert params["access_token"] == "tok" and params["sign"] == expected
+    assert _json(request) == {"msgtype": "text", "text": {"content": f"{TITLE}\n\n{CONTENT}"}}
+
+
+def test_dingtalk_reports_an_errcode_answered_with_http_200(receiver):
+    receiver.default = (200, b'{"errcode": 310000, "errmsg": "sign not match"}')
+    result = _send({"DD_BOT_TOKEN": "tok", "DD_BOT_SECRET": "s", "DD_BOT_ORIGIN": receiver.url})
+    assert result == notify.Result(False, 'HTTP 200: {"errcode": 310000, "errmsg": "sign not match"}')
+
+
+def test_feishu_posts_text_to_the_hook_and_signs_when_a_secret_is_set(receiver):
+    receiver.default = (200, b'{"code": 0, "msg": "success"}')
+    result = _send({"FSKEY": "hook-1", "FSSECRET": "fs", "FSKEY_ORIGIN": receiver.url})
+
+    request = receiver.last
+    body = _json(request)
+    key = f"{body['timestamp']}\nfs".encode()
+    assert result.ok and request["path"] == "/open-apis/bot/v2/hook/hook-1"
+    assert body["msg_type"] == "text" and body["content"] == {"text": f"{TITLE}\n\n{CONTENT}"}
+    assert body["sign"] == base64.b64encode(hmac.new(key, b"", hashlib.sha256).digest()).decode()
+
+
+# --- failures -------------------------------------------------------------------------------
+
+def test_a_receiver_that_fails_twice_is_reported_each_time_then_succeeds(receiver):
+    receiver.fail_times(2)
+    channel = _only({"NTFY_URL": receiver.url, "NTFY_TOPIC": "t"})
+
+    results = [notify.send(channel, TITLE, CONTENT) for _ in range(3)]
+
+    assert results == [notify.Result(False, "HTTP 500: boom")] * 2 + [notify.Result(True, "HTTP 200")]
+    assert len(receiver.requests) == 3  # one request per send: no retries inside
+
+
+def test_an_unreachable_channel_is_a_network_error_that_names_no_secret(receiver):
+    port = receiver.server.server_address[1]
+    receiver.close()  # nothing listens on this port any more
+    result = _send({"TG_BOT_TOKEN": "999:SECRET", "TG_USER_ID": "42",
+                    "TG_API_HOST": f"http://127.0.0.1:{port}"})
+
+    assert not result.ok and result.reason.startswith("network error:")
+    assert "SECRET" not in result.reason and "SECRET" not in repr(_only({"TG_BOT_TOKEN": "999:SECRET"}))
+
+
+def test_a_receiver_that_never_answers_fails_after_the_timeout(receiver):
+    receiver.hold = True
+    result = _send({"NTFY_URL": receiver.url, "NTFY_TOPIC": "t", "QL_NOTIFY_TIMEOUT": "0.5"})
+    assert result == notify.Result(False, "no answer within 0.5 s")
+
+
+def test_a_bad_timeout_setting_names_the_key():
+    with pytest.raises(config.ConfigError, match="QL_NOTIFY_TIMEOUT"):
+        notify.configured_channels({"NTFY_TOPIC": "t", "QL_NOTIFY_TIMEOUT": "soon"})
+
+
+# --- SMTP -----------------------------------------------------------------------------------
+
+class SmtpServer:
+    """A minimal SMTP server on 127.0.0.1: EHLO, AUTH PLAIN, MAIL, RCPT, DATA, QUIT.
+
+    It records each accepted message; `refuse_mail` answers MAIL FROM with 550.
+    """
+
+    def __init__(self):
+        self.messages: list = []
+        self.logins: list = []
+        self.refuse_mail = False
+        smtp = self
+
+        class Handler(socketserver.StreamRequestHandler):
+            def reply(self, line: str) -> None:
+                self.wfile.write(line.encode() + b"\r\n")
+
+            def handle(self):
+                self.reply("220 test ESMTP")
+                envelope: dict = {"rcpt": []}
+                for raw in self.rfile:
+                    verb, _, arg = raw.decode().rstrip("\r\n").partition(" ")
+                    verb = verb.upper()
+                    if verb == "EHLO":
+                        self.reply("250-test")
+                        self.reply("250 AUTH PLAIN")
+                    elif verb == "AUTH":
+                        _, _, blob = arg.partition(" ")
+                        smtp.logins.append(base64.b64decode(blob).split(b"\0")[1:])
+                        self.reply("235 ok")
+                    elif verb == "MAIL":
+                        if smtp.refuse_mail:
+                            self.reply("550 sender rejected")
+                            continue
+                        envelope = {"from": arg, "rcpt": []}
+                        self.reply("250 ok")
+                    elif verb == "RCPT":
+                        envelope["rcpt"].append(arg)
+                        self.reply("250 ok")
+                    elif verb == "DATA":
+                        self.reply("354 go ahead")
+                        lines = []
+                        for line in self.rfile:
+                            if line == b".\r\n":
+                                break
+                            lines.append(line[1:] if line.startswith(b"..") else line)
+                        data = b"".join(lines).replace(b"\r\n", b"\n")  # as a mailbox stores it
+                        smtp.messages.append({**envelope, "data": data})
+                        self.reply("250 queued")
+                    elif verb == "QUIT":
+                        self.reply("221 bye")
+                        return
+                    else:
+                        self.reply("250 ok")
+
+        self.server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.server.server_address[1]}"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join()
+
+
+@pytest.fixture
+def smtp_server():
+    server = SmtpServer()
+    yield server
+    server.close()
+
+
+def test_smtp_logs_in_and_mails_the_account_itself(smtp_server):
+    result = _send({"SMTP_SERVER": smtp_server.address, "SMTP_SSL": "false",
+                    "SMTP_EMAIL": "ops@example.org", "SMTP_PASSWORD": "app-pw", "SMTP_NAME": "QL 机器人"})
+
+    assert result == notify.Result(True, "SMTP accepted")
+    assert smtp_server.logins == [[b"ops@example.org", b"app-pw"]]
+    [sent] = smtp_server.messages
+    assert sent["from"].startswith("FROM:<ops@example.org>") and sent["rcpt"] == ["TO:<ops@example.org>"]
+    mail = message_from_bytes(sent["data"], policy=policy.default)
+    assert mail["Subject"] == TITLE
+    assert mail["From"].addresses[0].display_name == "QL 机器人"
+    assert mail["To"].addresses[0].addr_spec == "ops@example.org"
+    assert mail.get_content().rstrip("\n") == CONTENT
+
+
+def test_smtp_refusal_is_reported_with_its_code(smtp_server):
+    smtp_server.refuse_mail = True
+    result = _send({"SMTP_SERVER": smtp_server.address, "SMTP_EMAIL": "ops@example.org"})
+    assert result == notify.Result(False, "SMTP 550: sender rejected")
+    assert smtp_server.logins == [] and smtp_server.messages == []
+
+
+# --- settings: the conf file and the environment --------------------------------------------
+
+def test_the_environment_wins_over_the_conf_file_and_an_empty_variable_does_not(tmp_path):
+    conf = tmp_path / "qlshadow.conf"
+    conf.write_text("QL_PORT=5601\nWEBHOOK_URL=http://file.example/$title\nWEBHOOK_METHOD=POST\n"
+                    "WEBHOOK_BODY='text: $title\\ndesp: $content'\nNTFY_TOPIC=from-file\n")
+
+    values = notify.load_settings({"QL_CONFIG": str(conf), "WEBHOOK_URL": "http://env.example/$title",
+                                   "NTFY_TOPIC": "", "PATH": "/bin"})
+
+    assert values == {"WEBHOOK_URL": "http://env.example/$title", "WEBHOOK_METHOD": "POST",
+                      "WEBHOOK_BODY": "text: $title\ndesp: $content", "NTFY_TOPIC": "from-file"}
+
+
+def test_the_service_accepts_a_conf_file_that_holds_notification_settings(tmp_path):
+    conf = tmp_path / "qlshadow.conf"
+    conf.write_text(f"QL_DATA_DIR={tmp_path}\nTG_BOT_TOKEN=1:x\nTG_USER_ID=42\nSMTP_SSL=true\n")
+    assert config.load({}, config_file=str(conf)).data_dir == str(tmp_path)
+
+
+def test_the_shipped_conf_file_loads_and_configures_no_channel():
+    path = os.path.join(ROOT, "conf", "qlshadow.conf")
+    config.load({}, config_file=path)
+    assert notify.configured_channels(notify.load_settings({}, config_file=path)) == []
+
+
+def test_every_notification_variable_is_documented_and_in_the_shipped_conf_file():
+    with open(os.path.join(ROOT, "docs", "NOTIFY.md"), encoding="utf-8") as fh:
+        documented = fh.read()
+    with open(os.path.join(ROOT, "conf", "qlshadow.conf"), encoding="utf-8") as fh:
+        shipped = fh.read()
+    for key in config.NOTIFY_KEYS:
+        assert f"`{key}`" in documented, key
+        assert f"\n#{key}=" in shipped, key
+    for name in notify.CHANNEL_NAMES:
+        assert f"`{name}`" in documented, name
+
+
+# --- qlshadow notify --test -----------------------------------------------------------------
+
+def _notify_cli(env: dict, *args: str) -> subprocess.CompletedProcess:
+    """`qlshadow notify --test` in a child process with only these notification settings."""
+    drop = config.NOTIFY_KEYS | {"QL_CONFIG", *PROXY_VARIABLES}
+    full = {k: v for k, v in os.environ.items() if k not in drop and not k.startswith("QL_")}
+    full.update(env)
+    return subprocess.run([sys.executable, "-m", "qlshadow.cli", *args, "notify", "--test"],
+                          env=full, cwd=ROOT, capture_output=True, text=True, timeout=60)
+
+
+def test_notify_test_prints_one_ok_line_per_channel_and_exits_0(receiver, smtp_server):
+    result = _notify_cli({"NTFY_URL": receiver.url, "NTFY_TOPIC": "t",
+                          "SMTP_SERVER": smtp_server.address, "SMTP_EMAIL": "ops@example.org"})
+
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == ["ntfy: ok: HTTP 200", "smtp: ok: SMTP accepted"]
+    assert receiver.last["headers"]["title"] == "qlshadow: test notification"
+    assert len(smtp_server.messages) == 1
+
+
+def test_notify_test_exits_1_when_a_channel_fails_and_still_tries_the_others(receiver, tmp_path):
+    receiver.fail_times(1, status=403, body=b"forbidden")
+    conf = tmp_path / "qlshadow.conf"
+    conf.write_text(f"WEBHOOK_URL={receiver.url}/hook?t=$title\nWEBHOOK_METHOD=GET\n"
+                    f"GOTIFY_URL={receiver.url}\nGOTIFY_TOKEN=tok\n")
+
+    result = _notify_cli({}, "--config", str(conf))
+
+    assert result.returncode == 1
+    assert result.stdout.splitlines() == ["webhook: FAILED: HTTP 403: forbidden",
+                                          "gotify: ok: HTTP 200"]
+    assert len(receiver.requests) == 2
+
+
+def test_notify_without_test_is_a_usage_error_and_its_help_exits_zero(capsys):
+    with pytest.raises(SystemExit) as leaving:
+        main(["notify"])
+    assert leaving.value.code == 2 and "--test" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as leaving:
+        main(["notify", "--help"])
+    assert leaving.value.code == 0 and "--test" in capsys.readouterr().out
+
+
+def test_notify_test_with_no_channel_says_so_and_exits_1():
+    result = _notify_cli({})
+    assert result.returncode == 1 and result.stdout == ""
+    assert result.stderr.splitlines() == [
+        "qlshadow: no notification channel is configured; docs/NOTIFY.md lists the variables "
+        "(WEBHOOK_URL, TG_BOT_TOKEN, SMTP_SERVER, ...)"]
+
+
+def test_the_callback_path_never_imports_the_notify_module():
+    code = ("import sys; from qlshadow import cli; from qlshadow.views import create_app, fastpath; "
+            "print('qlshadow.notify' in sys.modules)")
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                            timeout=60, check=True)
+    assert result.stdout.strip() == "False"
