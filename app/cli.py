@@ -301,10 +301,7 @@ _COLUMNS = (("cron", "cron_id"), ("name", "name"), ("schedule", "schedule"),
 
 def format_report(data: dict) -> str:
     """The gate's report as a plain table, then the reasons."""
-    import time
-
-    def when(t):
-        return time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(t))
+    from .timefmt import local_text as when
 
     def cell(report, key):
         value = report[key]
