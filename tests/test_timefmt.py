@@ -165,7 +165,7 @@ def test_a_gate_window_past_local_time_is_a_400_naming_until(client, auth, until
 
 def test_the_gate_reaches_up_to_the_limit_it_names(client, auth, make_cron):
     make_cron()
-    limit = timefmt.local_limit() - 33 * 86400
+    limit = timefmt.local_limit() - 2 * 86400
 
     response = client.get(f"/open/reconcile?since={limit - 86400}&until={limit}", headers=auth)
 
@@ -182,3 +182,13 @@ def test_the_cli_gate_past_local_time_exits_2_naming_until(settings, client, aut
 
     assert done.returncode == 2
     assert "'until' must be at most" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_the_next_firing_a_reason_names_stops_at_the_hosts_last_local_second():
+    from qlshadow.reconcile import MAX_WINDOW, next_firing
+    limit = timefmt.local_limit()
+
+    near = next_firing("*/5 * * * *", limit - 2 * 86400, limit + MAX_WINDOW)
+
+    assert near is not None and limit - 2 * 86400 < near <= limit - 2 * 86400 + 300
+    assert next_firing("*/5 * * * *", limit - 60, limit + MAX_WINDOW) is None
