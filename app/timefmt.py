@@ -12,7 +12,9 @@ import time
 from datetime import date, timedelta
 
 DAY = 86400
-# The Gregorian calendar repeats every 400 years, which are exactly this many days.
+# The Gregorian calendar repeats every four centuries (its leap rule's whole period), which
+# are exactly this many days.
+_CYCLE_YEARS = 4 * 100
 _CYCLE_DAYS = 146097
 _EPOCH = date(1970, 1, 1)
 # The last second a gate window may reach (year 9000): cronsim's datetimes end with year
@@ -23,10 +25,11 @@ LOCAL_CAP = 221845391999
 def utc_fields(seconds: int) -> tuple:
     """(year, month, day, hour, minute, second) of an epoch second in UTC, for any integer."""
     days, rest = divmod(int(seconds), DAY)
-    # Shift into 1970..2369 (where datetime.date works) by whole 400-year cycles, then back.
+    # Shift into 1970..2369 (where datetime.date works) by whole cycles, then back.
     cycles, days = divmod(days, _CYCLE_DAYS)
     day = _EPOCH + timedelta(days=days)
-    return (day.year + 400 * cycles, day.month, day.day, rest // 3600, rest // 60 % 60, rest % 60)
+    return (day.year + _CYCLE_YEARS * cycles, day.month, day.day,
+            rest // 3600, rest // 60 % 60, rest % 60)
 
 
 def utc_text(seconds: int, with_seconds: bool = True) -> str:
