@@ -12,7 +12,9 @@ import os
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.parse
+import urllib.request
 
 import pytest
 
@@ -37,7 +39,8 @@ def prepared() -> None:
     if reason:
         if os.environ.get("CI", "").lower() not in ("", "0", "false") \
                 or os.environ.get("QL_REQUIRE_32BIT") == "1":
-            pytest.fail(f"the 32-bit runs are required here (CI or QL_REQUIRE_32BIT=1), but {reason}")
+            pytest.fail(f"the 32-bit runs are required here (CI or QL_REQUIRE_32BIT=1), "
+                        f"but {reason}")
         pytest.skip(reason)
 
 
@@ -54,7 +57,7 @@ class Emulated:
         self.argv = prepare_32bit.command(arch)
         self.env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "LANG": "C.UTF-8", "TZ": TZ,
                     "PYTHONPATH": f"{path}:{prepare_32bit.site_path()}",
-                    "PYTHONDONTWRITEBYTECODE": "1", **env}
+                    **env}
 
     def python(self, code: str) -> str:
         """Run code in the emulated Python; its stdout."""
@@ -140,15 +143,14 @@ def test_the_emulated_python_has_32_bit_pointers_and_a_32_bit_time_t(emulated, a
 
 def _login(url: str, client_id: str, secret: str) -> str:
     """Sign in to the page; the session cookie as a Cookie header value."""
-    import urllib.request
-
     class Keep(urllib.request.HTTPRedirectHandler):
         def redirect_request(self, *args, **kwargs):
             return None  # the 303 itself carries the cookie
     opener = urllib.request.build_opener(Keep)
     body = urllib.parse.urlencode({"client_id": client_id, "client_secret": secret}).encode()
     try:
-        opener.open(urllib.request.Request(url + "/page/login", data=body, method="POST"), timeout=60)
+        opener.open(urllib.request.Request(url + "/page/login", data=body, method="POST"),
+                    timeout=120)
     except urllib.error.HTTPError as answer:
         assert answer.code == 303, answer.read()
         return answer.headers["Set-Cookie"].split(";", 1)[0]
@@ -178,11 +180,13 @@ def test_the_service_serves_and_renders_times_after_2038_on_a_32_bit_router(
         emulated, emulated_server, arch):
     box = emulated(arch)
     # The host's CLI makes the app (each emulated command costs seconds).
-    watcher = json.loads(run_cli({k: v for k, v in box.env.items() if k.startswith("QL")},
-                                 "app", "create", "watcher", "--scopes", "crons,runs,metrics").stdout)
+    made = run_cli({k: v for k, v in box.env.items() if k.startswith("QL")},
+                   "app", "create", "watcher", "--scopes", "crons,runs,metrics")
+    watcher = json.loads(made.stdout)
     server = emulated_server(box)
     status, answer = http("GET", server.url + "/open/auth/token?" + urllib.parse.urlencode(
-        {"client_id": watcher["client_id"], "client_secret": watcher["client_secret"]}), timeout=120)
+        {"client_id": watcher["client_id"], "client_secret": watcher["client_secret"]}),
+        timeout=120)
     assert status == 200, answer
     headers = {"Authorization": f"Bearer {answer['data']['token']}"}
     status, answer = http("POST", server.url + "/open/crons", headers=headers, timeout=120,
@@ -209,6 +213,11 @@ def test_the_service_serves_and_renders_times_after_2038_on_a_32_bit_router(
     later = EID.format(s=AFTER_2038, n=2)
     assert _callback(server, headers, cron_id, 0, AFTER_2038, later) == (200, {"code": 200})
     assert _callback(server, headers, cron_id, 1, AFTER_2038, later) == (200, {"code": 200})
+    status, runs = http("GET", server.url + f"/open/runs?cron_id={cron_id}", headers=headers,
+                        timeout=120)
+    assert status == 200, runs
+    assert sorted(run["accepted_at"] for run in runs["data"]) == [now - 60, AFTER_2038]
+    assert {run["state"] for run in runs["data"]} == {"exited"}
     status, listing = _page(server.url, "/page/", cookie)
     assert status == 200, listing
     assert "2038-01-19 04:14:08 UTC" in listing  # beyond local time: shown in UTC, said so

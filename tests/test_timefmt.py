@@ -79,7 +79,8 @@ def test_local_text_is_the_local_time_with_its_zone(local_zone):
 
 
 @pytest.mark.parametrize("seconds", [HUGE, INT64_MAX, -(2**63)])
-def test_local_text_falls_back_to_marked_utc_where_local_time_cannot_be_computed(local_zone, seconds):
+def test_local_text_falls_back_to_marked_utc_where_local_time_cannot_be_computed(
+        local_zone, seconds):
     with pytest.raises((OverflowError, OSError, ValueError)):
         time.localtime(seconds)  # the case this covers, on this host
 
@@ -119,7 +120,8 @@ def _stored_far_times(client, auth, make_cron) -> int:
     with db.database.connection_context(), db.write_transaction():
         Cron.update(last_execution_time=HUGE).where(Cron.id == cron_id).execute()
         RunningInstance.update(started_at=HUGE, finished_at=INT64_MAX).execute()
-        assert ShadowRun.update(accepted_at=HUGE, started_at=HUGE, finished_at=INT64_MAX).execute() == 1
+        changed = ShadowRun.update(accepted_at=HUGE, started_at=HUGE, finished_at=INT64_MAX)
+        assert changed.execute() == 1
     return cron_id
 
 
