@@ -40,8 +40,7 @@ def utc_text(seconds: int, with_seconds: bool = True) -> str:
 
 
 def local_text(seconds: int, with_seconds: bool = True, zone: bool = True) -> str:
-    """The local time as 'YYYY-MM-DD HH:MM[:SS][ ZONE]', or utc_text() when the host cannot
-    compute local time for it (a 32-bit time_t after 2038, or a year past the C library's)."""
+    """Local 'YYYY-MM-DD HH:MM[:SS][ ZONE]', or utc_text() where the host has no local time."""
     pattern = "%Y-%m-%d %H:%M" + (":%S" if with_seconds else "") + (" %Z" if zone else "")
     try:
         return time.strftime(pattern, time.localtime(int(seconds)))
