@@ -5,8 +5,6 @@ per cron, in local time, then why the verdict is what it is (`--json` prints the
 """
 from __future__ import annotations
 
-import time
-
 # (column title, key of a cron's report), left to right.
 _COLUMNS = (("cron", "cron_id"), ("name", "name"), ("schedule", "schedule"),
             ("expected", "expected"), ("runs", "runs"), ("exited", "exited"),
@@ -18,8 +16,7 @@ _COLUMNS = (("cron", "cron_id"), ("name", "name"), ("schedule", "schedule"),
 
 def format_report(data: dict) -> str:
     """The gate's report as a plain table, then the notes and the reasons."""
-    def when(t):
-        return time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(t))
+    from .timefmt import local_text as when
 
     def cell(report, key):
         value = report[key]

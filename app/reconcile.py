@@ -16,6 +16,7 @@ import calendar
 import functools
 import time
 
+from . import timefmt
 from .db import is_sqlite
 from .models import Cron, database
 from .schedule import field_count
@@ -39,6 +40,12 @@ def _check(since: int, until: int, cron_id, stuck_after: int, tolerance: float) 
         raise ReconcileError("'until' must be later than 'since'.")
     if until - since > MAX_WINDOW:
         raise ReconcileError(f"the window from 'since' to 'until' must be at most {MAX_WINDOW // DAY} days.")
+    # Local time is read up to two days past 'until' (LocalClock); past the host's last
+    # local second it cannot be.
+    limit = timefmt.local_limit() - 2 * DAY
+    if until > limit:
+        raise ReconcileError(f"'until' must be at most {limit} ({timefmt.utc_text(limit)}): "
+                             "this host's local time ends soon after (2038 with a 32-bit time_t).")
     if not isinstance(tolerance, (int, float)) or not 0 <= tolerance <= 1:
         raise ReconcileError("'tolerance' must be a share between 0 and 1.")
 
@@ -194,8 +201,10 @@ def firings(schedule: str, lo: int, hi: int, clock: LocalClock) -> list:
 
 def next_firing(schedule: str, after: int, clock_hi: int) -> int | None:
     """The first firing after `after` within the next 31 days (for "needs" reasons)."""
-    found = firings(schedule, after, min(clock_hi, after + MAX_WINDOW),
-                    LocalClock(after - DAY, min(clock_hi, after + MAX_WINDOW) + DAY))
+    hi = min(clock_hi, after + MAX_WINDOW, timefmt.local_limit() - DAY)
+    if hi <= after:
+        return None
+    found = firings(schedule, after, hi, LocalClock(after - DAY, hi + DAY))
     return found[0] if found else None
 
 
@@ -290,7 +299,7 @@ def _failures(since: int, until: int) -> dict:
 # --- one cron --------------------------------------------------------------------------------
 
 def _iso(instant: int) -> str:
-    return time.strftime("%Y-%m-%d %H:%M %Z", time.localtime(instant))
+    return timefmt.local_text(instant, with_seconds=False)
 
 
 def _cron_report(cron: dict, since: int, until: int, now: int, stuck_after: int,

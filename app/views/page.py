@@ -12,7 +12,7 @@ import time
 from flask import (Blueprint, Response, current_app, g, redirect, request, stream_template,
                    url_for)
 
-from .. import __version__, auth, crons, overview
+from .. import __version__, auth, crons, overview, timefmt
 from ..errors import NotFound
 from ..shadow import reader
 
@@ -82,7 +82,7 @@ def _headers(response):
 def _when(seconds) -> str:
     if not seconds:
         return "—"
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(seconds))
+    return timefmt.local_text(seconds, zone=False)
 
 
 @bp.app_template_filter("duration")
