@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from qlshadow import db, timefmt
 from qlshadow.auth import create_app_record
-from qlshadow.cli import format_report
+from qlshadow.gate_report import format_report
 from qlshadow.models import Cron, RunningInstance, ShadowRun
 from conftest import SHADOW_ON, STATUS_PATH, cli_env, run_cli
 
