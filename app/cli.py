@@ -56,8 +56,13 @@ def _startup_crontab(settings) -> None:
     with no crons has nothing to install)."""
     try:
         crontab.record_settings(settings)
-        if os.path.exists(settings.crontab_file):
-            crontab.sync(settings)
+    except crontab.CrontabError as exc:
+        print(f"qlshadow: warning: CLI commands cannot see where this server installs: {exc}",
+              file=sys.stderr, flush=True)
+    if not os.path.exists(settings.crontab_file):
+        return
+    try:
+        crontab.sync(settings)
     except crontab.CrontabError as exc:
         print(f"qlshadow: warning: crontab not updated: {exc}", file=sys.stderr, flush=True)
 

@@ -513,8 +513,9 @@ def read_crontab(settings) -> bytes:
         return result.stdout
     if not result.stdout and any(p.search(result.stderr) for p in _NO_CRONTAB):
         return b""
-    raise CrontabError(f"reading the crontab failed: {shlex.join(shlex.split(settings.crontab_list))} "
-                       f"exited {result.returncode}{_first_line(result)}; nothing was installed")
+    command = shlex.join(shlex.split(settings.crontab_list))
+    raise CrontabError(f"reading the crontab failed: {command} exited {result.returncode}"
+                       f"{_first_line(result)}; nothing was installed")
 
 
 def _install_bytes(settings, text: bytes) -> None:
@@ -564,15 +565,16 @@ def _put(settings, content: str, active: int) -> str:
         return f"wrote {path}; installed nothing (QL_CRONTAB_INSTALL is empty)"
     current = read_crontab(settings)
     wanted = compose(settings, current, content if active else None)
-    where = f"with `{settings.crontab_install}` (block in {path})"
     if wanted != current:
         _install_bytes(settings, wanted)
     write(settings, content)
+    lines = f"{active} active line{'' if active == 1 else 's'}"
+    where = f"with `{settings.crontab_install}` (block file {path})"
     if wanted == current:
-        return f"crontab already up to date, {active} active lines {where}"
+        return f"crontab already up to date ({lines}) {where}"
     if active:
-        return f"installed qlshadow's block, {active} active lines, {where}"
-    return f"removed qlshadow's block (no active cron) {where}"
+        return f"installed qlshadow's block ({lines}) {where}"
+    return f"removed qlshadow's block (no active line) {where}"
 
 
 class _Lock:

@@ -115,8 +115,8 @@ def test_every_line_outside_our_block_is_kept_byte_for_byte_across_every_change(
         assert client.open(path, method=method, json=body, headers=auth).status_code == 200
         installed = target.get()
         assert installed == USER_CRONTAB + block(settings), (method, path)
-        ours = installed[len(USER_CRONTAB):]
-        assert ours.count(f" ID={first['id']} {MARKER} ".encode()) == (method != "PUT" or "disable" not in path)
+        active = 0 if path.endswith("/disable") else 1
+        assert installed[len(USER_CRONTAB):].count(f" ID={first['id']} {MARKER} ".encode()) == active
     assert client.delete("/open/crons", json=[first["id"]], headers=auth).status_code == 200
     assert target.get() == USER_CRONTAB
 
@@ -340,3 +340,26 @@ def test_a_cli_install_with_its_own_bad_command_leaves_the_servers_health_ok(
     assert status == 200 and health["data"]["crontab"] == "installed"
     status, listing = http("GET", f"{server.url}/open/crons", headers=server.headers)
     assert listing["data"]["total"] == 1
+
+
+# --- the list setting ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("install, listing", [
+    ("crontab {file}", "crontab -l"),
+    ("/bin/busybox crontab -c /etc/crontabs {file}", "/bin/busybox crontab -c /etc/crontabs -l"),
+    ("nsenter -t 1 -m crontab -u bob {file}", "nsenter -t 1 -m crontab -u bob -l"),
+    ("", ""),
+])
+def test_a_crontab_install_command_is_read_with_the_same_words_and_l(install, listing):
+    from qlshadow import config
+    settings = config.load(environ={"QL_CRONTAB_INSTALL": install})
+    assert settings.crontab_list == listing
+
+
+def test_any_other_install_command_needs_its_list_command():
+    from qlshadow import config
+    with pytest.raises(config.ConfigError, match="needs QL_CRONTAB_LIST"):
+        config.load(environ={"QL_CRONTAB_INSTALL": "cp {file} /etc/crontabs/root"})
+    settings = config.load(environ={"QL_CRONTAB_INSTALL": "cp {file} /etc/crontabs/root",
+                                    "QL_CRONTAB_LIST": "cat /etc/crontabs/root"})
+    assert settings.crontab_list == "cat /etc/crontabs/root"
