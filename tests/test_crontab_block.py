@@ -14,7 +14,7 @@ import subprocess
 
 import pytest
 
-from qlshadow import crontab, db
+from qlshadow import crons, crontab, db
 from qlshadow.models import Cron
 from conftest import cli_env, http, run_cli, table_rows
 from shellenv import busybox_static
@@ -280,6 +280,29 @@ def test_a_refused_change_leaves_the_deleted_crons_line_and_the_database_in_step
     assert client.get(f"/open/crons/{cron['id']}", headers=auth).status_code == 200
     assert f" ID={cron['id']} {MARKER} ".encode() in busybox_target.get()
     assert busybox_target.get() == block(settings)
+
+
+def test_a_commit_that_fails_after_the_install_puts_the_crontab_back(
+        app, client, auth, make_settings, busybox_target, tmp_path):
+    busybox_target.put(USER_CRONTAB, tmp_path)
+    settings = use(app, make_settings, busybox_target)
+    cron = post(client, auth)
+    rows, installed = table_rows(Cron), busybox_target.get()
+    seen = []
+
+    def disable_then_fail(planned):
+        # The dry run disables the cron (its block goes); the real pass fails to commit.
+        crons.set_disabled([cron["id"]], True)
+        seen.append(busybox_target.get())
+        if planned is not None:
+            raise RuntimeError("the commit failed")
+        return 1
+
+    with db.database.connection_context(), pytest.raises(RuntimeError):
+        crontab.change(settings, disable_then_fail)
+    assert seen == [installed, USER_CRONTAB]  # the install happened between the passes
+    assert busybox_target.get() == installed
+    assert table_rows(Cron) == rows
 
 
 # --- one install setting for the server and the CLI ---------------------------------------
