@@ -602,8 +602,8 @@ class _Lock:
 
 
 def _sync_locked(settings) -> str:
+    _check_installer(settings)  # this command's problem, not the server's state
     try:
-        _check_installer(settings)
         prepare_runner(settings)
         outcome = _put(settings, *render_rows(settings, _crons()))
     except CrontabError as exc:
@@ -641,14 +641,15 @@ def change(settings, apply: Callable[[Any], T]) -> tuple[T, str]:
     """
     from .db import connected, write_transaction
     with _Lock(settings), connected():
+        _check_installer(settings)  # this command's problem, not the server's state
         try:
-            _check_installer(settings)
-            prepare_runner(settings)
             try:
                 with write_transaction():
                     raise _DryRun(apply(None), _crons())
             except _DryRun as dry:
                 planned, rows = dry.result, dry.rows
+            # After the dry run: a refused change (400, 404) writes nothing, no token either.
+            prepare_runner(settings)
             content, active = render_rows(settings, rows)
             outcome = _put(settings, content, active)
         except CrontabError as exc:
