@@ -386,3 +386,23 @@ def test_any_other_install_command_needs_its_list_command():
     settings = config.load(environ={"QL_CRONTAB_INSTALL": "cp {file} /etc/crontabs/root",
                                     "QL_CRONTAB_LIST": "cat /etc/crontabs/root"})
     assert settings.crontab_list == "cat /etc/crontabs/root"
+
+
+def test_a_cli_command_run_as_another_user_than_the_server_installs_nothing(
+        app, make_settings, busybox_target, tmp_path):
+    import json
+    busybox_target.put(USER_CRONTAB, tmp_path)
+    settings = use(app, make_settings, busybox_target)
+    crontab.record_settings(settings)
+    record_path = os.path.join(settings.data_dir, crontab.RECORD)
+    with open(record_path, encoding="utf-8") as fh:
+        record = json.load(fh)
+    with open(record_path, "w", encoding="utf-8") as fh:
+        json.dump(dict(record, uid=os.geteuid() + 1), fh)  # as if the server ran as another user
+    env = {"QL_DATA_DIR": settings.data_dir, "QL_DB_URL": settings.db_url}
+    result = run_cli(env, "cron", "add", "* * * * *", "true", check=False)
+    assert result.returncode == 1
+    assert "run it as the server's user" in result.stderr
+    assert busybox_target.get() == USER_CRONTAB
+    assert table_rows(Cron) == []
+    assert not os.path.exists(crontab.state_file(settings))
