@@ -28,8 +28,16 @@ class CliError(Exception):
     """A failure reported as one line on stderr."""
 
 
-def _settings(args) -> config.Settings:
-    return config.load(config_file=args.config)
+def _settings(args, server: bool = False) -> config.Settings:
+    """The command's settings; a CLI command fills what it was not given from the server's
+    record in the data dir, so that it installs the crontab exactly where the server does."""
+    settings = config.load(config_file=args.config)
+    if server:
+        return settings
+    adopted = crontab.settings_to_adopt(settings)
+    if not adopted:
+        return settings
+    return config.load(environ={**os.environ, **adopted}, config_file=args.config)
 
 
 def _open(args, create: bool = True):
@@ -44,11 +52,14 @@ def _print_json(data) -> None:
 
 
 def _startup_crontab(settings) -> None:
-    """Re-render the crontab at start-up so its lines call this server as configured now.
-
-    Only once qlshadow owns a crontab file: installing replaces the user's whole crontab,
-    so a first start with no crons must not wipe one that was there before us.
-    """
+    """Record the install settings for CLI commands, and re-render the crontab so that its
+    lines call this server as configured now (only once a block file exists: a first start
+    with no crons has nothing to install)."""
+    try:
+        crontab.record_settings(settings)
+    except crontab.CrontabError as exc:
+        print(f"qlshadow: warning: CLI commands cannot see where this server installs: {exc}",
+              file=sys.stderr, flush=True)
     if not os.path.exists(settings.crontab_file):
         return
     try:
@@ -75,7 +86,7 @@ def cmd_serve(args) -> int:
     # among them) start faster and smaller without them.
     from .serving import make_server
     from .views import create_app
-    settings = _settings(args)
+    settings = _settings(args, server=True)
     app = create_app(settings)
     # A short GIL switch interval (see SWITCH_INTERVAL): set once, for this process only.
     sys.setswitchinterval(SWITCH_INTERVAL)
@@ -187,16 +198,16 @@ def cmd_token_runner(args) -> int:
     return 0
 
 
-def _write(args, fn, *fn_args, sync: bool = False):
-    """Run fn in one write transaction; with sync, re-render and install the crontab after."""
+def _change(args, apply):
+    """Make a cron change only when the crontab that follows from it installs; one line on
+    stderr says what was installed where (stdout stays the command's JSON)."""
     settings, database = _open(args)
-    with database.connection_context(), db.write_transaction():
-        result = fn(*fn_args)
-    if sync:
+    with database.connection_context():
         try:
-            crontab.sync(settings)
+            result, outcome = crontab.change(settings, lambda planned: apply(settings, planned))
         except crontab.CrontabError as exc:
-            raise CliError(f"the cron change is saved, but the crontab is not: {exc}") from None
+            raise CliError(f"the cron change was not made: {exc}") from None
+    print(f"qlshadow: crontab: {outcome}", file=sys.stderr)
     return result
 
 
@@ -219,16 +230,18 @@ def cmd_cron(args) -> int:
     if args.cron_cmd == "add":
         data = {"name": args.name or args.command, "command": args.command,
                 "schedule": args.schedule}
-        _print_json(_write(args, crons.create, data, _settings(args), sync=True))
+        _print_json(_change(args, lambda settings, planned: crons.create(
+            data, settings, planned and planned["id"])))
     elif args.cron_cmd == "list":
         _print_json(_read(args, crons.listing, 1, 10**6)["data"])
     elif args.cron_cmd == "show":
         _print_json(_read(args, crons.get, args.id))
     elif args.cron_cmd == "rm":
-        _write(args, _existing(parse_ids(args.ids, "ID"), crons.delete), sync=True)
+        ids = parse_ids(args.ids, "ID")
+        _change(args, lambda settings, planned: _existing(ids, crons.delete)())
     elif args.cron_cmd in ("enable", "disable"):
-        _write(args, _existing(parse_ids(args.ids, "ID"), crons.set_disabled),
-               args.cron_cmd == "disable", sync=True)
+        ids, disable = parse_ids(args.ids, "ID"), args.cron_cmd == "disable"
+        _change(args, lambda settings, planned: _existing(ids, crons.set_disabled)(disable))
     elif args.cron_cmd == "run":
         # Starts a detached run outside any transaction (it only reads the cron).
         settings, database = _open(args, create=False)
@@ -238,6 +251,14 @@ def cmd_cron(args) -> int:
 
 
 def cmd_crontab(args) -> int:
+    if args.remove:
+        # No database needed: the block is found by its markers (the package's removal
+        # scripts run this after the service has stopped).
+        try:
+            print(crontab.remove(_settings(args)))
+        except crontab.CrontabError as exc:
+            raise CliError(f"crontab block not removed: {exc}") from None
+        return 0
     settings, database = _open(args, create=False)
     if args.print:
         with database.connection_context():
@@ -245,9 +266,8 @@ def cmd_crontab(args) -> int:
         return 0
     try:
         print(crontab.sync(settings))
-    except crontab.CrontabError:
-        # The same words /health shows until an install succeeds.
-        raise CliError(f"crontab {crontab.install_state(settings)}") from None
+    except crontab.CrontabError as exc:
+        raise CliError(f"crontab not installed: {exc}") from None
     return 0
 
 
@@ -384,8 +404,12 @@ def build_parser() -> argparse.ArgumentParser:
     q = cronsub.add_parser("run", help="run a cron now, detached (a manual run)")
     q.add_argument("id", type=_positive)
 
-    p = sub.add_parser("crontab", help="render the crontab and install it (system mode)")
-    p.add_argument("--print", action="store_true", help="only print the rendering to stdout")
+    p = sub.add_parser("crontab", help="render qlshadow's block and install it in the crontab "
+                       "(system mode)")
+    what = p.add_mutually_exclusive_group()
+    what.add_argument("--print", action="store_true", help="only print the block's content")
+    what.add_argument("--remove", action="store_true", help="take qlshadow's block out of the "
+                      "crontab, keeping every other line")
     p.set_defaults(func=cmd_crontab)
 
     p = sub.add_parser("runs", help="list Shadow Runs, newest first")

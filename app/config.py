@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import shlex
 import shutil
 from dataclasses import dataclass, field, replace
 from typing import Mapping
@@ -20,8 +21,8 @@ SCHEDULERS = ("system", "node")
 # passes on to the shell on every crontab line and manual run.
 FILE_KEYS = frozenset({
     "QL_DATA_DIR", "QL_DB_URL", "QL_HOST", "QL_PORT", "QL_THREADS", "QL_SCHEDULER",
-    "QL_CRONTAB_FILE", "QL_CRONTAB_INSTALL", "QL3_SHADOW_ORIGINS", "QL3_SHADOW_FAILURE_CAP",
-    "QL_MAX_BODY", "QL_BASE_URL", "QL_CALLBACK_TIMEOUT", "QL_DB_TIMEOUT",
+    "QL_CRONTAB_FILE", "QL_CRONTAB_INSTALL", "QL_CRONTAB_LIST", "QL3_SHADOW_ORIGINS",
+    "QL3_SHADOW_FAILURE_CAP", "QL_MAX_BODY", "QL_BASE_URL", "QL_CALLBACK_TIMEOUT", "QL_DB_TIMEOUT",
     "QL_RETENTION_DAYS", "QL_RETENTION_ROWS_PER_CRON", "QL_RETENTION_LOGS_PER_CRON",
     "QL_RETENTION_LOG_DAYS",
 })
@@ -63,6 +64,7 @@ class Settings:
     scheduler: str = "node"
     crontab_file: str = "./data/crontab.list"
     crontab_install: str = "crontab {file}"
+    crontab_list: str = "crontab -l"
     shadow_origins: frozenset = field(default_factory=frozenset)
     failure_cap: int = 1000
     max_body: int = 65536
@@ -80,6 +82,9 @@ class Settings:
     # them): such a value (a database password) need not be repeated on crontab lines,
     # which can point at the file instead.
     file_keys: frozenset = field(default_factory=frozenset)
+    # Every key the environment or the config file set: the CLI fills the others from
+    # what the server recorded in the data dir (crontab.recorded_settings).
+    given_keys: frozenset = field(default_factory=frozenset)
 
     @property
     def shadow_on(self) -> bool:
@@ -216,6 +221,38 @@ def check_base_url(raw: str) -> str:
     return url
 
 
+def _command_words(key: str, raw: str) -> list:
+    try:
+        return shlex.split(raw)
+    except ValueError as exc:
+        raise ConfigError(f"{key}={raw!r} cannot be split into words ({exc})") from None
+
+
+def crontab_commands(merged: Mapping[str, str]) -> tuple:
+    """(install, list) commands: QL_CRONTAB_INSTALL and QL_CRONTAB_LIST, checked together.
+
+    Installing replaces the crontab it installs into, so qlshadow reads that crontab first
+    and keeps every line outside its block. An install command of the form `... crontab
+    [options] {file}` is read with the same words and `-l` when QL_CRONTAB_LIST is not set;
+    any other install command needs QL_CRONTAB_LIST, or reading the wrong crontab would
+    copy its lines into this one.
+    """
+    install = merged.get("QL_CRONTAB_INSTALL", "crontab {file}")
+    words = _command_words("QL_CRONTAB_INSTALL", install)
+    if "QL_CRONTAB_LIST" in merged:
+        listing = merged["QL_CRONTAB_LIST"]
+        _command_words("QL_CRONTAB_LIST", listing)
+        return install, listing
+    if not words:
+        return install, ""
+    if (len(words) >= 2 and words[-1] == "{file}"
+            and any(os.path.basename(word) == "crontab" for word in words[:-1])):
+        return install, shlex.join(words[:-1] + ["-l"])
+    raise ConfigError(f"QL_CRONTAB_INSTALL={install!r} needs QL_CRONTAB_LIST, the command that "
+                      "prints the crontab it installs into (empty if that crontab holds only "
+                      "qlshadow's lines)")
+
+
 def _detect_scheduler() -> str:
     return "system" if (shutil.which("crond") or shutil.which("cron")) else "node"
 
@@ -239,6 +276,7 @@ def load(environ: Mapping[str, str] | None = None, config_file: str | None = Non
     base_url = merged.get("QL_BASE_URL", "").strip()
     base_url = check_base_url(base_url) if base_url else derive_base_url(host, port)
 
+    crontab_install, crontab_list = crontab_commands(merged)
     scheduler = merged.get("QL_SCHEDULER", "").strip()
     if scheduler and scheduler not in SCHEDULERS:
         raise ConfigError(f"QL_SCHEDULER={scheduler!r} must be 'system' or 'node'")
@@ -251,7 +289,8 @@ def load(environ: Mapping[str, str] | None = None, config_file: str | None = Non
         threads=_int("QL_THREADS", merged.get("QL_THREADS", default_threads(db_url)), 1, 64),
         scheduler=scheduler or _detect_scheduler(),
         crontab_file=merged.get("QL_CRONTAB_FILE", "").strip() or os.path.join(data_dir, "crontab.list"),
-        crontab_install=merged.get("QL_CRONTAB_INSTALL", "crontab {file}"),
+        crontab_install=crontab_install,
+        crontab_list=crontab_list,
         shadow_origins=parse_origins(merged.get("QL3_SHADOW_ORIGINS", "")),
         failure_cap=_int("QL3_SHADOW_FAILURE_CAP", merged.get("QL3_SHADOW_FAILURE_CAP", "1000"), 0, 10_000_000),
         max_body=_int("QL_MAX_BODY", merged.get("QL_MAX_BODY", "65536"), 256, 16 * 1024 * 1024),
@@ -266,6 +305,7 @@ def load(environ: Mapping[str, str] | None = None, config_file: str | None = Non
         retention_log_days=_int("QL_RETENTION_LOG_DAYS", merged.get("QL_RETENTION_LOG_DAYS", "7"), 0, 36500),
         config_file=path,
         file_keys=frozenset(file_values.keys() - from_env.keys()),
+        given_keys=frozenset(merged),
     )
 
 

@@ -100,11 +100,17 @@ def _fits(settings, cron: dict) -> None:
         raise InvalidInput(str(exc)) from None
 
 
-def create(data, settings=None) -> dict:
-    """Create a cron; with settings, refuse one whose crontab line cannot be installed."""
+def create(data, settings=None, cron_id: int | None = None) -> dict:
+    """Create a cron; with settings, refuse one whose crontab line cannot be installed.
+
+    cron_id is the id a dry run of the same change got (crontab.change): the crontab was
+    installed with it.
+    """
     values = validate(data, partial=False)
     _fits(settings, values)
     now = int(time.time())
+    if cron_id is not None:
+        values["id"] = cron_id
     cron_id = Cron.insert(created_at=now, updated_at=now, **values).execute()
     return get(cron_id)
 

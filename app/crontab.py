@@ -14,6 +14,13 @@ user gave (command, hooks, work dir) and the data dir are written with printf %b
 escapes for every byte outside a safe set, which task.sh decodes. A cron whose line would
 still be too long is refused when it is created or changed (check_cron).
 
+The crontab is the user's: our lines sit in one block between `# BEGIN qlshadow <data dir>`
+and `# END qlshadow <data dir>`, and every other line is kept byte for byte. Installing
+reads the crontab (QL_CRONTAB_LIST), replaces our block, and installs the whole text
+(QL_CRONTAB_INSTALL); with no active line the block is taken out. QL_CRONTAB_FILE holds
+the block's content as last installed. A cron change is kept only when that install
+succeeds (change()).
+
 Secrets stay off the line: what task.sh needs besides the cron's own fields (service URL,
 the qlshadow command, the timeout) is in $QL_DATA_DIR/runner.env, and what the qlshadow
 command needs to reach the database is in runner.conf, both readable by the service's
@@ -22,14 +29,17 @@ user only.
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import subprocess
 import sys
+from typing import Any, Callable, TypeVar
 
 from .files import write_private
 
 MARKER = "QL_EXECUTION_ORIGIN=scheduled_system"
 INSTALL_TIMEOUT = 30
+T = TypeVar("T")
 _LOG_NAME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-")
 
 
@@ -203,18 +213,26 @@ def _crons() -> list:
         return list(Cron.select().order_by(Cron.id).dicts())
 
 
-def render(settings) -> str:
-    """The whole crontab text for the crons in the database; same data, same bytes."""
+HEADER_SYSTEM = ("# qlshadow crontab (system mode): generated from the database; "
+                 "edits are overwritten")
+HEADER_NODE = "# qlshadow crontab (node mode): every line is a comment, nothing is installed"
+
+
+def render_rows(settings, rows: list) -> tuple:
+    """(text, active lines) of our block's content for these cron rows."""
     scripts = shell_dir()
-    header = "# qlshadow crontab (system mode): generated from the database; edits are overwritten"
-    if settings.scheduler != "system":
-        header = "# qlshadow crontab (node mode): every line is a comment, nothing is installed"
-    lines = [line(settings, cron, scripts) for cron in _crons()]
+    header = HEADER_SYSTEM if settings.scheduler == "system" else HEADER_NODE
+    lines = [line(settings, cron, scripts) for cron in rows]
     active = sum(1 for text in lines if not text.startswith("#"))
     if active > MAX_LINES_NON_ROOT and os.geteuid() != 0:
         raise CrontabError(f"{active} active crons: BusyBox crond reads only the first "
                            f"{MAX_LINES_NON_ROOT} lines of a non-root user's crontab")
-    return "".join(f"{text}\n" for text in [header] + lines)
+    return "".join(f"{text}\n" for text in [header] + lines), active
+
+
+def render(settings) -> str:
+    """Our block's content (header, one line per cron) for the crons in the database."""
+    return render_rows(settings, _crons())[0]
 
 
 def _write_if_changed(path: str, text: str) -> None:
@@ -312,7 +330,86 @@ def install_state(settings) -> str:
     return "none yet"
 
 
+def install_failed(state: str) -> bool:
+    """True for an install_state that /health reports as not ok."""
+    return state.startswith("not installed")
+
+
+# --- the settings the server installs with ------------------------------------------------
+# `qlshadow serve` records these in the data dir; a CLI command given the same data dir
+# uses them for every key its own environment and config file leave unset, so that it
+# installs exactly where the server does (never with the default into its user's crontab).
+RECORD = "crontab-settings.json"
+# Installing is decided by these together: a command given one of them takes none from
+# the record, or it could read one crontab and install into another.
+INSTALL_KEYS = ("QL_CRONTAB_INSTALL", "QL_CRONTAB_LIST")
+RECORDED_KEYS = ("QL_SCHEDULER", "QL_CRONTAB_FILE", "QL_BASE_URL", "QL_CALLBACK_TIMEOUT")
+
+
+def _record_values(settings) -> dict:
+    return {"QL_SCHEDULER": settings.scheduler,
+            "QL_CRONTAB_FILE": os.path.abspath(settings.crontab_file),
+            "QL_CRONTAB_INSTALL": settings.crontab_install,
+            "QL_CRONTAB_LIST": settings.crontab_list,
+            "QL_BASE_URL": settings.base_url,
+            "QL_CALLBACK_TIMEOUT": str(settings.callback_timeout)}
+
+
+def record_settings(settings) -> None:
+    """Record the install settings of this server in the data dir (0600, atomic)."""
+    import json
+    record = dict(_record_values(settings), uid=os.geteuid())
+    path = os.path.join(os.path.abspath(settings.data_dir), RECORD)
+    try:
+        _write_if_changed(path, json.dumps(record, indent=1, sort_keys=True) + "\n")
+    except OSError as exc:
+        raise CrontabError(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+def recorded_settings(data_dir: str) -> dict | None:
+    """What the server last recorded in data_dir, or None (no server started there yet)."""
+    import json
+    try:
+        with open(os.path.join(os.path.abspath(data_dir), RECORD), encoding="utf-8") as fh:
+            record = json.load(fh)
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def settings_to_adopt(settings) -> dict:
+    """The recorded values a CLI command takes: those of keys it was not given."""
+    record = recorded_settings(settings.data_dir) or {}
+    keys = list(RECORDED_KEYS)
+    if not set(INSTALL_KEYS) & settings.given_keys:
+        keys += INSTALL_KEYS
+    return {key: str(record[key]) for key in keys
+            if key in record and key not in settings.given_keys}
+
+
+def _speaks_for_server(settings) -> bool:
+    """True when this process installs as the server does: its outcome is the server's."""
+    record = recorded_settings(settings.data_dir)
+    if record is None:
+        return True
+    mine = _record_values(settings)
+    return all(record.get(key) == mine[key] for key in
+               ("QL_SCHEDULER", "QL_CRONTAB_FILE") + INSTALL_KEYS)
+
+
+def _check_installer(settings) -> None:
+    """Refuse to install the server's way as another user: `crontab` picks the user's own."""
+    record = recorded_settings(settings.data_dir)
+    if (record is not None and record.get("uid") not in (None, os.geteuid())
+            and record.get("QL_CRONTAB_INSTALL") == settings.crontab_install):
+        raise CrontabError(f"the server installs the crontab as uid {record['uid']} and this "
+                           f"command runs as uid {os.geteuid()}: run it as the server's user "
+                           "(or set QL_CRONTAB_INSTALL and QL_CRONTAB_LIST)")
+
+
 def _note_state(settings, problem: str | None) -> None:
+    if not _speaks_for_server(settings):
+        return  # another install target's outcome is not the server's state
     path = state_file(settings)
     try:
         if problem is None:
@@ -324,8 +421,126 @@ def _note_state(settings, problem: str | None) -> None:
         pass  # the failure is still raised to the caller and logged there
 
 
+# --- our block inside the user's crontab --------------------------------------------------
+
+def markers(settings) -> tuple:
+    """The begin and end lines of our block; they name the data dir, so two installations
+    on one box keep their own blocks."""
+    data = encode(os.path.abspath(settings.data_dir))
+    return f"# BEGIN qlshadow {data}", f"# END qlshadow {data}"
+
+
+def _old_whole_crontab_lines(settings, lines: list) -> set:
+    """Indexes of the lines an earlier qlshadow wrote when it owned the whole crontab.
+
+    It wrote HEADER_SYSTEM first and no markers; its lines name our data dir. Only these
+    are taken over, so that upgrading never installs every cron twice.
+    """
+    if not lines or lines[0].rstrip() != HEADER_SYSTEM.encode():
+        return set()
+    data = os.path.abspath(settings.data_dir)
+    names = {f"QL_DATA_DIR={shell_word(data, escaped)} ".encode() for escaped in (False, True)}
+    return {0} | {i for i, text in enumerate(lines)
+                  if b" ID=" in text and any(name in text for name in names)}
+
+
+def compose(settings, current: bytes, content: str | None) -> bytes:
+    """current with our block replaced by content (None: removed); all else byte for byte.
+
+    A new block goes at the end. Markers that do not pair up (one missing, twice, out of
+    order) are refused: only the user can tell which lines are ours then.
+    """
+    begin, end = (text.encode() for text in markers(settings))
+    lines = current.splitlines(keepends=True)
+    starts = [i for i, text in enumerate(lines) if text.rstrip() == begin]
+    ends = [i for i, text in enumerate(lines) if text.rstrip() == end]
+    if not starts and not ends:
+        old = _old_whole_crontab_lines(settings, lines)
+        before = b"".join(text for i, text in enumerate(lines) if i not in old)
+        after = b""
+    elif len(starts) == 1 and len(ends) == 1 and starts[0] < ends[0]:
+        before, after = b"".join(lines[:starts[0]]), b"".join(lines[ends[0] + 1:])
+    else:
+        raise CrontabError(f"the crontab holds the line {begin.decode()!r} {len(starts)} and "
+                           f"{end.decode()!r} {len(ends)} times, not once each in that order; "
+                           "fix it with crontab -e, nothing was installed")
+    if content is None:
+        return before + after
+    if before and not before.endswith(b"\n"):
+        before += b"\n"
+    return before + (f"{begin.decode()}\n{content}{end.decode()}\n").encode() + after
+
+
+def _run(template: str, path: str | None, key: str) -> subprocess.CompletedProcess:
+    """Run a command template without a shell ({file} → path), its output captured."""
+    try:
+        argv = shlex.split(template)
+    except ValueError as exc:
+        raise CrontabError(f"{key}={template!r} cannot be split into words ({exc})") from None
+    if path is not None:
+        argv = [word.replace("{file}", path) for word in argv]
+    what = "reading" if key == "QL_CRONTAB_LIST" else "installing"
+    try:
+        return subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True,
+                              timeout=INSTALL_TIMEOUT)
+    except FileNotFoundError:
+        raise CrontabError(f"{what} the crontab failed: {argv[0]} not found ({key})") from None
+    except subprocess.TimeoutExpired:
+        raise CrontabError(f"{what} the crontab failed: {argv[0]} ran longer than "
+                           f"{INSTALL_TIMEOUT} s ({key})") from None
+    except OSError as exc:
+        raise CrontabError(f"{what} the crontab failed: {argv[0]}: {exc.strerror or exc} "
+                           f"({key})") from None
+
+
+def _first_line(result: subprocess.CompletedProcess) -> str:
+    said = (result.stderr or result.stdout).decode("utf-8", "replace").strip().splitlines()
+    return f": {said[0]}" if said else ""
+
+
+# "No crontab yet" as Debian's and cronie's crontab say it, and as BusyBox's does (it opens
+# the user's file in the spool directory and reports the missing file).
+_NO_CRONTAB = (re.compile(rb"no crontab for "),
+               re.compile(rb"can't open '[^'/]+': No such file or directory"))
+
+
+def read_crontab(settings) -> bytes:
+    """The crontab QL_CRONTAB_LIST prints (empty: none yet, or no list command)."""
+    if not settings.crontab_list.strip():
+        return b""
+    result = _run(settings.crontab_list, None, "QL_CRONTAB_LIST")
+    if result.returncode == 0:
+        return result.stdout
+    if not result.stdout and any(p.search(result.stderr) for p in _NO_CRONTAB):
+        return b""
+    command = shlex.join(shlex.split(settings.crontab_list))
+    raise CrontabError(f"reading the crontab failed: {command} exited {result.returncode}"
+                       f"{_first_line(result)}; nothing was installed")
+
+
+def _install_bytes(settings, text: bytes) -> None:
+    """Install text with QL_CRONTAB_INSTALL from a private temp file beside the block file."""
+    import tempfile
+    directory = os.path.dirname(os.path.abspath(settings.crontab_file))
+    try:
+        fd, path = tempfile.mkstemp(dir=directory, prefix=".crontab-install.")  # 0600
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(text)
+    except OSError as exc:
+        raise CrontabError(f"cannot write the crontab to install in {directory}: "
+                           f"{exc.strerror or exc}") from None
+    try:
+        result = _run(settings.crontab_install, path, "QL_CRONTAB_INSTALL")
+        if result.returncode != 0:
+            argv = [word.replace("{file}", path) for word in shlex.split(settings.crontab_install)]
+            raise CrontabError(f"installing the crontab failed: {shlex.join(argv)} exited "
+                               f"{result.returncode}{_first_line(result)}")
+    finally:
+        os.unlink(path)
+
+
 def write(settings, text: str) -> str:
-    """Replace the crontab file atomically (temp file + rename), 0600: its lines carry the
+    """Replace the block file (QL_CRONTAB_FILE) atomically, 0600: its lines carry the
     user's commands, which often hold secrets."""
     path = os.path.abspath(settings.crontab_file)
     try:
@@ -335,63 +550,145 @@ def write(settings, text: str) -> str:
     return path
 
 
-def install(settings, path: str) -> bool:
-    """Run QL_CRONTAB_INSTALL with {file} → path; False when it is empty.
+def _put(settings, content: str, active: int) -> str:
+    """Install our block (none when no line is active), then write the block file.
 
-    It runs without a shell: the template is split into words first, so the path stays
-    one argument whatever it contains. A template that needs a shell can pass the path as
-    a positional parameter: sh -c 'crontab "$1" && ...' sh {file}
+    The file is written only after the install succeeded, so that it always holds what
+    is installed. Returns one line saying what was done where.
     """
-    template = settings.crontab_install
-    if not template.strip():
+    path = os.path.abspath(settings.crontab_file)
+    if settings.scheduler != "system":
+        write(settings, content)
+        return f"node scheduler: wrote {path}, installed nothing"
+    if not settings.crontab_install.strip():
+        write(settings, content)
+        return f"wrote {path}; installed nothing (QL_CRONTAB_INSTALL is empty)"
+    current = read_crontab(settings)
+    wanted = compose(settings, current, content if active else None)
+    if wanted != current:
+        _install_bytes(settings, wanted)
+    write(settings, content)
+    lines = f"{active} active line{'' if active == 1 else 's'}"
+    where = f"with `{settings.crontab_install}` (block file {path})"
+    if wanted == current:
+        return f"crontab already up to date ({lines}) {where}"
+    if active:
+        return f"installed qlshadow's block ({lines}) {where}"
+    return f"removed qlshadow's block (no active line) {where}"
+
+
+class _Lock:
+    """Serialises crontab work across threads and processes (flock on the block file's
+    directory): the crontab installed last was rendered last."""
+
+    def __init__(self, settings):
+        self.directory = os.path.dirname(os.path.abspath(settings.crontab_file))
+        self.fd = -1
+
+    def __enter__(self):
+        import fcntl
+        try:
+            os.makedirs(self.directory, exist_ok=True)
+            self.fd = os.open(self.directory, os.O_RDONLY)
+        except OSError as exc:
+            raise CrontabError(f"cannot open the crontab directory {self.directory}: "
+                               f"{exc.strerror or exc}") from None
+        fcntl.flock(self.fd, fcntl.LOCK_EX)
+        return self
+
+    def __exit__(self, *exc_info):
+        os.close(self.fd)  # closing releases the lock
         return False
+
+
+def _sync_locked(settings) -> str:
+    _check_installer(settings)  # this command's problem, not the server's state
     try:
-        argv = [word.replace("{file}", path) for word in shlex.split(template)]
-    except ValueError as exc:
-        raise CrontabError(f"QL_CRONTAB_INSTALL={template!r} cannot be split into words ({exc})") from None
-    try:
-        result = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True,
-                                timeout=INSTALL_TIMEOUT)
-    except FileNotFoundError:
-        raise CrontabError(f"installing the crontab failed: {argv[0]} not found (QL_CRONTAB_INSTALL)") from None
-    except subprocess.TimeoutExpired:
-        raise CrontabError(f"installing the crontab failed: {argv[0]} ran longer than {INSTALL_TIMEOUT} s") from None
-    except OSError as exc:
-        raise CrontabError(f"installing the crontab failed: {argv[0]}: {exc.strerror or exc}") from None
-    if result.returncode != 0:
-        said = (result.stderr or result.stdout).decode("utf-8", "replace").strip().splitlines()
-        raise CrontabError(f"installing the crontab failed: {shlex.join(argv)} exited "
-                           f"{result.returncode}" + (f": {said[0]}" if said else ""))
-    return True
+        prepare_runner(settings)
+        outcome = _put(settings, *render_rows(settings, _crons()))
+    except CrontabError as exc:
+        _note_state(settings, str(exc))
+        raise
+    _note_state(settings, None)
+    return outcome
 
 
 def sync(settings) -> str:
-    """Render, write and (system mode) install the crontab; returns the file's path.
+    """Render our block from the database and (system mode) install it in the crontab.
 
-    Callers run this after the cron change has committed. Renders are serialised with a
-    lock on the file's directory (across threads and processes), so the file written last
-    was rendered last and holds every committed change. A failure raises CrontabError and
-    is kept for install_state until a later sync succeeds; the committed change stays
-    (see app/views/crons.py).
+    Returns one line saying what was done where; a failure raises CrontabError and is
+    kept for install_state until a later sync succeeds.
     """
-    import fcntl
-    directory = os.path.dirname(os.path.abspath(settings.crontab_file))
-    try:
-        os.makedirs(directory, exist_ok=True)
-        lock = os.open(directory, os.O_RDONLY)
-    except OSError as exc:
-        raise CrontabError(f"cannot open the crontab directory {directory}: {exc.strerror or exc}") from None
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with _Lock(settings):
+        return _sync_locked(settings)
+
+
+class _DryRun(Exception):
+    def __init__(self, result, rows: list):
+        super().__init__("dry run")
+        self.result, self.rows = result, rows
+
+
+def change(settings, apply: Callable[[Any], T]) -> tuple[T, str]:
+    """Make a cron change only when the crontab that follows from it installs.
+
+    apply(planned) makes the change inside a write transaction, twice: first as a dry run
+    (rolled back, planned=None) whose crons are rendered and installed, then for real with
+    planned = the dry run's result (so a new cron keeps the id its line was installed
+    with). No write transaction is open while the install command runs. A failed install
+    raises CrontabError with nothing changed; a commit that fails after the install puts
+    the crontab back as the database has it. Returns (apply's result, what was done where).
+    """
+    from .db import connected, write_transaction
+    with _Lock(settings), connected():
+        _check_installer(settings)  # this command's problem, not the server's state
         try:
+            try:
+                with write_transaction():
+                    raise _DryRun(apply(None), _crons())
+            except _DryRun as dry:
+                planned, rows = dry.result, dry.rows
+            # After the dry run: a refused change (400, 404) writes nothing, no token either.
             prepare_runner(settings)
-            path = write(settings, render(settings))
-            if settings.scheduler == "system":
-                install(settings, path)
+            content, active = render_rows(settings, rows)
+            outcome = _put(settings, content, active)
         except CrontabError as exc:
             _note_state(settings, str(exc))
             raise
+        try:
+            with write_transaction():
+                result = apply(planned)
+        except BaseException:
+            try:
+                _sync_locked(settings)
+            except CrontabError:
+                pass  # kept for install_state by _sync_locked
+            raise
         _note_state(settings, None)
-        return path
-    finally:
-        os.close(lock)
+        if render(settings) != content:
+            # Another host sharing the database changed crons between the two passes.
+            outcome = _sync_locked(settings)
+        return result, outcome
+
+
+def remove(settings) -> str:
+    """Take our block out of the crontab and forget the block file; one line says what."""
+    with _Lock(settings):
+        _check_installer(settings)
+        if not settings.crontab_install.strip():
+            return "QL_CRONTAB_INSTALL is empty: qlshadow installed nothing to remove"
+        current = read_crontab(settings)
+        wanted = compose(settings, current, None)
+        where = f"with `{settings.crontab_install}`"
+        if wanted != current:
+            _install_bytes(settings, wanted)
+        for path in (os.path.abspath(settings.crontab_file), state_file(settings)):
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+            except OSError as exc:
+                raise CrontabError(f"cannot remove {path}: {exc.strerror or exc}") from None
+        if wanted == current:
+            return f"no qlshadow block in the crontab read {where.replace('with', 'for')}"
+        return f"removed qlshadow's block {where}"

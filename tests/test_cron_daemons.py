@@ -95,6 +95,13 @@ class Daemon:
             argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL, start_new_session=True))
 
+    def put(self, text: str) -> None:
+        """Install text as the user's crontab, the way the user would (before qlshadow)."""
+        path = self.tmp / "users-own.crontab"
+        path.write_text(text)
+        argv = [word.replace("{file}", str(path)) for word in self.install.split()]
+        subprocess.run(argv, check=True, capture_output=True)
+
     def installed(self) -> str:
         if self.name == "busybox":
             argv = [self.bb, "crontab", "-c", self.spool, "-l"]
@@ -190,10 +197,23 @@ def _shorten(server, body: dict, key: str) -> dict:
     return answer["data"]
 
 
+def users_own_crontab(minute: int, out: str) -> str:
+    """What the user's crontab held before qlshadow: environment, comments, a job of the
+    target minute, and lines that look like qlshadow's but are not in its block."""
+    return ("MAILTO=\"\"\n"
+            "# the user's own jobs\n"
+            f"{minute} * * * * echo users-own >> {out}\n"
+            "# BEGIN qlshadow /srv/elsewhere\n"
+            "# 0 0 1 1 * ID=9 QL_EXECUTION_ORIGIN=scheduled_system /x/task.sh true\n"
+            "# END qlshadow /srv/elsewhere\n")
+
+
 class Batch:
     def __init__(self, daemon: Daemon, server, base: str):
         self.daemon, self.server, self.base = daemon, server, base
         self.crons = {}  # name -> (cron json, fields, should run)
+        self.users_own = ""  # the user's crontab before qlshadow installed anything
+        self.users_out = ""  # where the user's own job writes
 
 
 @pytest.fixture(scope="module")
@@ -212,11 +232,15 @@ def batches(tmp_path_factory):
                 problems[name] = str(exc)
                 continue
             cleanups.append(daemon.stop)
+            users_out = str(tmp / "users-own.out")
+            users_own = users_own_crontab(minute, users_out)
+            daemon.put(users_own)
             server, cleanup = start_module_server(tmp_path_factory, "sqlite",
                                                   QL_SCHEDULER="system",
                                                   QL_CRONTAB_INSTALL=daemon.install)
             cleanups.append(cleanup)
             batch = Batch(daemon, server, str(tmp / "work"))
+            batch.users_own, batch.users_out = users_own, users_out
             for cname, fields in hostile_commands(batch.base).items():
                 work = fields.get("work_dir") or os.path.join(batch.base, cname)
                 os.makedirs(work, exist_ok=True)
@@ -283,6 +307,14 @@ def test_the_whole_batch_is_installed_in_the_daemon(batch):
     installed = batch.daemon.installed()
     assert "# qlshadow crontab" in installed
     assert all(f" ID={cron['id']} " in installed for cron, _, _ in batch.crons.values())
+
+
+def test_the_users_own_lines_are_kept_byte_for_byte_and_run(batch):
+    installed = batch.daemon.installed()
+    assert installed.startswith(batch.users_own)
+    assert installed[len(batch.users_own):].startswith("# BEGIN qlshadow ")
+    with open(batch.users_out, encoding="utf-8") as fh:
+        assert fh.read() == "users-own\n"
 
 
 def test_each_hostile_cron_ran_exactly_once_with_its_exact_bytes(batch, tmp_path):

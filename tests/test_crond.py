@@ -5,6 +5,7 @@ that minute: the module starts one product + crond per backend before the first 
 """
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import time
@@ -18,8 +19,9 @@ WAIT = 75  # seconds: crond's next minute boundary, plus the task
 
 
 class Setup:
-    def __init__(self, server, cron_id: int, crond, spool: str, log: str):
+    def __init__(self, server, cron_id: int, crond, spool: str, log: str, users_out: str):
         self.server, self.cron_id, self.crond, self.spool, self.log = server, cron_id, crond, spool, log
+        self.users_out = users_out
         self.started = time.monotonic()
 
     def crond_log(self) -> str:
@@ -43,6 +45,12 @@ def setups(tmp_path_factory):
     try:
         for backend in BACKENDS:
             spool = str(tmp_path_factory.mktemp(f"spool-{backend}"))
+            # root's crontab already holds a job of its own, as on a router.
+            users_out = os.path.join(spool, "..", f"users-own-{backend}.out")
+            seed = os.path.join(spool, "..", f"users-own-{backend}.crontab")
+            with open(seed, "w") as fh:
+                fh.write(users_own_crontab(users_out))
+            subprocess.run([bb, "crontab", "-c", spool, seed], check=True)
             try:
                 server, cleanup = start_module_server(
                     tmp_path_factory, backend, QL_SCHEDULER="system",
@@ -53,13 +61,14 @@ def setups(tmp_path_factory):
             cleanups.append(cleanup)
             # Creating the cron renders the crontab and installs it with BusyBox crontab.
             cron = create_cron(server, command="echo tick", schedule="* * * * *")
-            prepared[backend] = (server, cron["id"], spool)
+            prepared[backend] = (server, cron["id"], spool, users_out)
         # Both crond processes must start within the same minute, or one waits a second one.
         if time.time() % 60 > 57:
             time.sleep(60 - time.time() % 60 + 0.5)
-        for backend, (server, cron_id, spool) in prepared.items():
+        for backend, (server, cron_id, spool, users_out) in prepared.items():
             log = str(tmp_path_factory.mktemp(f"crond-{backend}") / "crond.log")
-            started[backend] = Setup(server, cron_id, _start_crond(bb, spool, log), spool, log)
+            started[backend] = Setup(server, cron_id, _start_crond(bb, spool, log), spool, log,
+                                     users_out)
         yield started, problems
     finally:
         for setup in started.values():
@@ -78,10 +87,15 @@ def setup(request, setups):
     return result[request.param]
 
 
-def test_the_installed_crontab_holds_the_active_line(setup):
+def users_own_crontab(out: str) -> str:
+    return f"SHELL=/bin/sh\n# root's own job\n* * * * * echo users-own >> {out}\n"
+
+
+def test_the_installed_crontab_holds_the_active_line_after_the_users_own(setup):
     bb = busybox_static()
     listed = subprocess.run([bb, "crontab", "-c", setup.spool, "-l"], capture_output=True, text=True)
     assert f"* * * * * ID={setup.cron_id} QL_EXECUTION_ORIGIN=scheduled_system " in listed.stdout
+    assert listed.stdout.startswith(users_own_crontab(setup.users_out) + "# BEGIN qlshadow ")
 
 
 def test_crond_runs_the_installed_line_and_the_run_appears_once(setup):
@@ -94,3 +108,5 @@ def test_crond_runs_the_installed_line_and_the_run_appears_once(setup):
     assert runs, f"no exited run within {WAIT} s of crond's start; crond log:\n{setup.crond_log()}"
     assert len(runs) == 1
     assert runs[0]["exit_code"] == 0 and runs[0]["origin"] == "scheduled_system"
+    # crond ran root's own line in the same minute: it was kept, not replaced.
+    assert wait_for(lambda: os.path.exists(setup.users_out), timeout=5), setup.crond_log()

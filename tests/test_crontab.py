@@ -186,10 +186,11 @@ def test_busybox_crontab_installs_the_rendered_file(make_settings, make_cron, tm
     # A space in the path: the file must reach crontab as one argument.
     settings = make_settings(QL_SCHEDULER="system", QL_CRONTAB_FILE=str(tmp_path / "a b" / "crontab.list"),
                              QL_CRONTAB_INSTALL=f"{bb} crontab -c {spool} {{file}}")
-    path = crontab.sync(settings)
+    crontab.sync(settings)
     listed = subprocess.run([bb, "crontab", "-c", str(spool), "-l"], capture_output=True, text=True)
     assert listed.returncode == 0, listed.stderr
-    assert listed.stdout == read(path)
+    begin, end = crontab.markers(settings)
+    assert listed.stdout == f"{begin}\n{read(settings.crontab_file)}{end}\n"
     assert MARKER in listed.stdout
 
 
@@ -204,24 +205,28 @@ def test_nothing_is_installed_in_node_mode_or_with_an_empty_install_command(
     make_cron()
     install = env.get("QL_CRONTAB_INSTALL", f"{bb} crontab -c {spool} {{file}}")
     settings = make_settings(**{**env, "QL_CRONTAB_INSTALL": install})
-    path = crontab.sync(settings)
-    assert os.path.exists(path)
+    crontab.sync(settings)
+    assert os.path.exists(settings.crontab_file)
     assert os.listdir(spool) == []
 
 
-def test_a_failed_install_keeps_the_change_answers_200_and_logs_one_line(
+def test_a_failed_install_refuses_the_change_with_503_and_logs_one_line(
         make_settings, client, auth, app, caplog):
-    app.extensions["qlshadow"] = make_settings(QL_SCHEDULER="system", QL_CRONTAB_INSTALL="false {file}")
+    app.extensions["qlshadow"] = make_settings(QL_SCHEDULER="system", QL_CRONTAB_INSTALL="false {file}",
+                                               QL_CRONTAB_LIST="")
     response = client.post("/open/crons", json={"name": "x", "command": "true", "schedule": "* * * * *"},
                            headers=auth)
-    assert response.status_code == 200
-    assert client.get(f"/open/crons/{response.get_json()['data']['id']}", headers=auth).status_code == 200
-    warnings = [r.getMessage() for r in caplog.records if "crontab not updated" in r.getMessage()]
+    assert response.status_code == 503
+    assert response.get_json()["message"].startswith("The cron change was not made: installing the crontab failed")
+    assert client.get("/open/crons", headers=auth).get_json()["data"]["total"] == 0
+    warnings = [r.getMessage() for r in caplog.records if "cron change not made" in r.getMessage()]
     assert len(warnings) == 1 and "\n" not in warnings[0] and "exited 1" in warnings[0]
 
 
-def test_qlshadow_crontab_exits_non_zero_with_one_line_when_the_install_fails(settings):
-    env = dict(cli_env(settings), QL_SCHEDULER="system", QL_CRONTAB_INSTALL="false {file}")
+def test_qlshadow_crontab_exits_non_zero_with_one_line_when_the_install_fails(settings, make_cron):
+    make_cron()  # an active line: there is something to install
+    env = dict(cli_env(settings), QL_SCHEDULER="system", QL_CRONTAB_INSTALL="false {file}",
+               QL_CRONTAB_LIST="")
     result = run_cli(env, "crontab", check=False)
     assert result.returncode == 1
     assert len(result.stderr.strip().splitlines()) == 1 and "installing the crontab failed" in result.stderr

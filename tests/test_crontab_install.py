@@ -75,21 +75,29 @@ def test_an_ambiguous_step_is_refused_with_the_two_meanings(client, auth):
 
 # --- install state ----------------------------------------------------------------------------
 
-def test_a_failed_install_shows_in_health_until_an_install_succeeds(client, auth, app, make_settings):
-    app.extensions["qlshadow"] = make_settings(QL_SCHEDULER="system", QL_CRONTAB_INSTALL="false {file}")
+def test_a_failed_install_makes_health_not_ok_until_an_install_succeeds(
+        client, auth, app, make_settings):
+    app.extensions["qlshadow"] = make_settings(QL_SCHEDULER="system", QL_CRONTAB_INSTALL="false {file}",
+                                               QL_CRONTAB_LIST="")
     assert client.post("/open/crons", json={"name": "a", "command": "true", "schedule": "* * * * *"},
-                       headers=auth).status_code == 200
-    state = client.get("/health").get_json()["data"]["crontab"]
+                       headers=auth).status_code == 503
+    health = client.get("/health")
+    state = health.get_json()["data"]["crontab"]
+    assert health.status_code == 503 and health.get_json()["data"]["status"] == "error"
     assert state.startswith("not installed: installing the crontab failed: false ")
-    assert client.get("/health").get_json()["data"]["crontab"] == state
-    app.extensions["qlshadow"] = make_settings(QL_SCHEDULER="system", QL_CRONTAB_INSTALL="true {file}")
+    assert health.get_json()["message"] == f"The crontab is {state}."
+    app.extensions["qlshadow"] = make_settings(QL_SCHEDULER="system", QL_CRONTAB_INSTALL="true {file}",
+                                               QL_CRONTAB_LIST="")
     assert client.post("/open/crons", json={"name": "b", "command": "true", "schedule": "* * * * *"},
                        headers=auth).status_code == 200
-    assert client.get("/health").get_json()["data"]["crontab"] == "installed"
+    health = client.get("/health")
+    assert health.status_code == 200 and health.get_json()["data"]["crontab"] == "installed"
 
 
-def test_qlshadow_crontab_says_why_the_crontab_is_not_installed(settings):
-    env = dict(cli_env(settings), QL_SCHEDULER="system", QL_CRONTAB_INSTALL="false {file}")
+def test_qlshadow_crontab_says_why_the_crontab_is_not_installed(settings, make_cron):
+    make_cron()  # an active line: there is something to install
+    env = dict(cli_env(settings), QL_SCHEDULER="system", QL_CRONTAB_INSTALL="false {file}",
+               QL_CRONTAB_LIST="")
     result = run_cli(env, "crontab", check=False)
     assert result.returncode == 1
     assert result.stderr.startswith("qlshadow: crontab not installed: installing the crontab failed")

@@ -7,7 +7,9 @@ from conftest import http
 def _system_env(tmp_path):
     return {"QL_SCHEDULER": "system",
             "QL_CRONTAB_FILE": str(tmp_path / "crontab.list"),
-            "QL_CRONTAB_INSTALL": f"cp {{file}} {tmp_path / 'installed.list'}"}
+            "QL_CRONTAB_INSTALL": f"cp {{file}} {tmp_path / 'installed.list'}",
+            # installed.list holds only qlshadow's block: nothing else to keep.
+            "QL_CRONTAB_LIST": ""}
 
 
 def test_a_first_start_without_crons_installs_no_crontab(live_server, tmp_path):

@@ -6,8 +6,8 @@ import logging
 from flask import Blueprint, current_app, request
 
 from .. import crons
-from ..crontab import CrontabError, sync
-from ..db import write_transaction
+from ..crontab import CrontabError, change
+from ..errors import Unavailable
 from ..legacy import decode_json
 from ..runner import start_manual
 from .common import ok, query_int, requires_scope
@@ -19,14 +19,16 @@ def _body():
     return decode_json(request.get_data(cache=False))
 
 
-def _changed():
-    """Every cron change re-renders (and in system mode installs) the crontab."""
+def _changed(apply):
+    """Make a cron change only when the crontab that follows from it installs (else 503)."""
     try:
-        sync(current_app.extensions["qlshadow"])
+        result, _ = change(current_app.extensions["qlshadow"], apply)
     except CrontabError as exc:
-        # The cron change has committed and stays: the answer is still 200, the failure is
-        # logged on one line, and `qlshadow crontab` reports it again (exit status 1).
-        logging.getLogger("qlshadow").warning("crontab not updated: %s", exc)
+        # Nothing changed: neither the database nor the installed crontab. /health and
+        # `qlshadow crontab` report the failure until an install succeeds.
+        logging.getLogger("qlshadow").warning("cron change not made: %s", exc)
+        raise Unavailable(f"The cron change was not made: {str(exc).rstrip('.')}.") from None
+    return result
 
 
 @bp.route("", methods=["GET"])
@@ -52,30 +54,22 @@ def instances(cron_id: int):
 @bp.route("", methods=["POST"])
 @requires_scope("crons")
 def create():
-    body = _body()
-    with write_transaction():
-        cron = crons.create(body, current_app.extensions["qlshadow"])
-    _changed()
-    return ok(cron)
+    body, settings = _body(), current_app.extensions["qlshadow"]
+    return ok(_changed(lambda planned: crons.create(body, settings, planned and planned["id"])))
 
 
 @bp.route("", methods=["PUT"])
 @requires_scope("crons")
 def update():
-    body = _body()
-    with write_transaction():
-        cron = crons.update(body, current_app.extensions["qlshadow"])
-    _changed()
-    return ok(cron)
+    body, settings = _body(), current_app.extensions["qlshadow"]
+    return ok(_changed(lambda planned: crons.update(body, settings)))
 
 
 @bp.route("", methods=["DELETE"])
 @requires_scope("crons")
 def delete():
     ids = crons.cron_ids(_body())
-    with write_transaction():
-        crons.delete(ids)
-    _changed()
+    _changed(lambda planned: crons.delete(ids))
     return ok()
 
 
@@ -83,9 +77,7 @@ def delete():
 @requires_scope("crons")
 def disable():
     ids = crons.cron_ids(_body())
-    with write_transaction():
-        crons.set_disabled(ids, True)
-    _changed()
+    _changed(lambda planned: crons.set_disabled(ids, True))
     return ok()
 
 
@@ -93,9 +85,7 @@ def disable():
 @requires_scope("crons")
 def enable():
     ids = crons.cron_ids(_body())
-    with write_transaction():
-        crons.set_disabled(ids, False)
-    _changed()
+    _changed(lambda planned: crons.set_disabled(ids, False))
     return ok()
 
 

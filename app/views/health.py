@@ -1,6 +1,7 @@
 """GET /health: no token; whether the database answers and writes succeed, and storage figures.
 
-503 when the database cannot answer or the last write failed (the cause is named). Cheap
+503 when the database cannot answer, the last write failed, or the last crontab install
+failed (the cause is named). Cheap
 enough to poll: one SELECT 1, a few stat calls, no table read.
 """
 from __future__ import annotations
@@ -9,7 +10,7 @@ from flask import Blueprint, current_app, jsonify
 from peewee import DatabaseError, InterfaceError
 
 from .. import __version__, db
-from ..crontab import install_state
+from ..crontab import install_failed, install_state
 from ..models import database
 from .common import runtime
 
@@ -26,6 +27,7 @@ def health():
                            "failures": write["failures"]},
             "storage": db.storage_figures(settings.data_dir),
             "crontab": install_state(settings)}
+    crontab = data["crontab"]
     try:
         db.ensure_connection()
         database.execute_sql("SELECT 1").fetchone()
@@ -36,6 +38,12 @@ def health():
     if not write["ok"]:
         data.update(status="error")
         return _unavailable(f"Writes are failing: {write['cause']}.", data)
+    if install_failed(crontab):
+        # A cron change was refused, or crond runs an older crontab than the database
+        # holds (a failed start-up install): either needs the operator. Cleared by the
+        # next install that succeeds.
+        data.update(status="error")
+        return _unavailable(f"The crontab is {crontab.rstrip('.')}.", data)
     return jsonify(code=200, data=data)
 
 
