@@ -131,7 +131,7 @@ class ShadowRun(BaseModel):
     every Run listing, window and age deletion reads: one B-tree holds the rows and serves
     admission, replay, state changes and those reads. On SQLite the table is WITHOUT ROWID
     for the same reason. Older databases keyed it by (project_id, idempotency_key), with a
-    separate (accepted_at, id) index; db.create_schema rebuilds such a table once.
+    separate (accepted_at, id) index; the first step of schema.py rebuilds such a table once.
     """
     project_id = TextField()
     idempotency_key = TextField()

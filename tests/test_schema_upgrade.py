@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 
 import pytest
+from peewee import TextField
 
 from qlshadow import db, schema
 from qlshadow.legacy import apply_status_callback, parse_status_callback
@@ -481,3 +482,40 @@ def test_processes_starting_at_once_on_an_older_database_upgrade_it_once(
     assert stored_version(database) == schema.LATEST
     assert catalog(database) == fresh_catalog
     assert run_rows(database) == before
+
+
+class FailureWithNote(ShadowFailure):
+    """shadow_failures as a later release might change it: one more column, one index."""
+    note = TextField(null=True)
+
+    class Meta:
+        table_name = "shadow_failures"
+
+
+FailureWithNote.add_index(FailureWithNote.index(FailureWithNote.cron_id, FailureWithNote.at,
+                                                name="shadow_failures_cron"))
+
+
+def add_a_note(database) -> None:
+    schema.add_column(database, FailureWithNote, "note")
+    schema.add_indexes(FailureWithNote)
+
+
+def test_a_step_written_with_the_helpers_adds_a_column_and_an_index_and_keeps_the_rows(
+        make_settings, monkeypatch):
+    settings = make_settings()
+    database = database_at(settings.db_url, schema.LATEST)
+    rows = fill_every_table(database)
+    monkeypatch.setattr(schema, "STEPS", schema.STEPS + (("add a note to failures", add_a_note),))
+    monkeypatch.setattr(schema, "LATEST", schema.LATEST + 1)
+    db.bind(database)
+
+    schema.upgrade_schema()
+    schema.upgrade_schema()  # once only
+
+    assert stored_version(database) == schema.LATEST
+    with database.connection_context():
+        assert "note" in {c.name for c in database.get_columns("shadow_failures")}
+        assert "shadow_failures_cron" in index_names(database)
+        assert [r["note"] for r in FailureWithNote.select().dicts()] == [None]
+    assert every_row(database) == rows
