@@ -121,7 +121,7 @@ def upgrade_schema() -> str:
     with db.connection_context():
         if sqlite:
             mode = db.execute_sql("PRAGMA journal_mode=wal").fetchone()[0].lower()
-        if _current(db) == LATEST:  # the usual start: one read, no lock
+        if _current(db) == LATEST and not _missing_tables(db):  # the usual start: no lock
             return mode
         if sqlite:
             waited = db.execute_sql("PRAGMA busy_timeout").fetchone()[0]
@@ -155,6 +155,12 @@ def _current(db: Database) -> int | None:
     return version
 
 
+def _missing_tables(db: Database) -> list:
+    """The models' tables that a database at the latest version lacks."""
+    present = set(db.get_tables())
+    return [m._meta.table_name for m in ALL_MODELS if m._meta.table_name not in present]
+
+
 @contextmanager
 def _locked(db: Database):
     """A write transaction that holds the schema lock until it ends."""
@@ -176,6 +182,11 @@ def _upgrade(db: Database) -> None:
                 # Read again under the lock: another process may have gone ahead meanwhile.
                 version = _current(db)
                 if version == LATEST:
+                    missing = _missing_tables(db)
+                    if missing:  # dropped by hand: made again empty, as `db init` promises
+                        db.create_tables([m for m in ALL_MODELS
+                                          if m._meta.table_name in missing])
+                        log.warning("missing table(s) created again: %s", ", ".join(missing))
                     return
                 if version is None:
                     db.create_tables(ALL_MODELS)
@@ -184,7 +195,8 @@ def _upgrade(db: Database) -> None:
                 _stamp(db, LATEST if version is None else version + 1)
         except DatabaseError as exc:  # the step, or the COMMIT (a full disk fails there)
             from .db import failure_cause
-            what = "create the tables" if version is None else STEPS[version][0]
+            what = ("create the tables" if version is None or version == LATEST
+                    else STEPS[version][0])
             left = ("the database is unchanged" if ran == 0 else
                     f"the database stays at schema version {version}")
             raise SchemaError(f"cannot {what}: {failure_cause(exc)}; {left}") from None
