@@ -64,10 +64,10 @@ def reconcile(since: int, until: int, cron_id: int | None = None, stuck_after: i
         ids = [cron["id"] for cron in crons]
         failures = _failures(since, until)
         stats = _stats(ids, since, until, now - stuck_after)
-        unmatched = _unmatched(ids, since, until)
+        unmatched, instance_starts = _unmatched(ids, since, until)
         reports = [_cron_report(cron, since, until, now, stuck_after, tolerance, clock,
                                 failures.get(cron["id"], {}), stats.get(cron["id"]),
-                                unmatched.get(cron["id"], 0))
+                                unmatched.get(cron["id"], 0), instance_starts.get(cron["id"], ()))
                    for cron in crons]
     gate = _gate(reports, failures, cron_id)
     return {"window": {"since": since, "until": until}, "gate": gate, "crons": reports}
@@ -230,16 +230,14 @@ _RUN_MINUTES = ('SELECT "accepted_at" / 60, COUNT(*) FROM "shadow_runs" WHERE "c
                 'AND "accepted_at" >= ? AND "accepted_at" < ? GROUP BY "accepted_at" / 60')
 _RUN_IDS = ('SELECT "id" FROM "shadow_runs" WHERE "cron_id" = ? AND "accepted_at" >= ? '
             'AND "accepted_at" < ? ORDER BY "accepted_at", "id"')
-# A cron's instances are read through running_instances_cron (cron_id, id): all the cron's
-# kept instances, which retention bounds (QL_RETENTION_ROWS_PER_CRON, QL_RETENTION_DAYS), with
-# started_at filtered row by row. An index on (cron_id, started_at) would read only the
-# window but cost a page written on every running callback and every pruned instance
-# (+4 KiB per callback at steady state, docs/SHADOW.md "Cost"), for an on-demand report.
-_INSTANCE_MINUTES = ('SELECT DISTINCT "started_at" / 60 FROM "running_instances" '
-                     'WHERE "cron_id" = ? AND "started_at" >= ? AND "started_at" < ?')
+# The window's instances are read once, through running_instances_cron (cron_id, id): all of
+# each cron's kept instances, which retention bounds (QL_RETENTION_ROWS_PER_CRON,
+# QL_RETENTION_DAYS), with started_at filtered row by row. An index on (cron_id, started_at)
+# would read only the window, but costs a page written per callback at steady state for an
+# on-demand report (docs/SHADOW.md "Cost" has both measured).
 # A Legacy instance and its Run come from the same running callback: same cron, pid and
 # start second, and task.sh makes the execution id (the Run's accepted_at) from that very
-# second. The window's instances are read once and bucketed by day; the Runs are read a day
+# second. The window's instances are bucketed by day; the Runs are read a day
 # at a time (on SQLite as a range of the key: one sequential pass) and joined here. A join
 # in SQL, or Runs read per cron through shadow_runs_cron, probes the Run table once per row,
 # a key lookup each, several times slower on SQLite.
@@ -273,13 +271,16 @@ def _stats(ids: list, since: int, until: int, stuck_before: int) -> dict:
             if row[0] in wanted}
 
 
-def _unmatched(ids: list, since: int, until: int) -> dict:
-    """{cron_id: Legacy instances started in the window with no Run of the same start}."""
+def _unmatched(ids: list, since: int, until: int) -> tuple:
+    """({cron_id: Legacy instances started in the window with no Run of the same start},
+    {cron_id: start times of its instances in the window})."""
     execute = database.obj.execute_sql
     by_day: dict = {}
+    starts_by_cron: dict = {}
     for row in execute(_sql(_INSTANCE_STARTS.format(where=_in('"cron_id"', ids))),
                        (since, until)):
         by_day.setdefault((row[2] - since) // DAY, []).append(tuple(row))
+        starts_by_cron.setdefault(row[0], []).append(row[2])
     found: dict = {}
     for day, instances in sorted(by_day.items()):
         lo = since + day * DAY
@@ -288,7 +289,7 @@ def _unmatched(ids: list, since: int, until: int) -> dict:
         for row in instances:
             if row not in starts:
                 found[row[0]] = found.get(row[0], 0) + 1
-    return found
+    return found, starts_by_cron
 
 
 def _failures(since: int, until: int) -> dict:
@@ -306,7 +307,8 @@ def _iso(instant: int) -> str:
 
 
 def _cron_report(cron: dict, since: int, until: int, now: int, stuck_after: int,
-                 tolerance: float, clock: LocalClock, failed: dict, stats, unmatched: int) -> dict:
+                 tolerance: float, clock: LocalClock, failed: dict, stats, unmatched: int,
+                 instance_starts) -> dict:
     from .shadow.writer import cron_revision
     execute = database.obj.execute_sql
     cid = cron["id"]
@@ -362,9 +364,8 @@ def _cron_report(cron: dict, since: int, until: int, now: int, stuck_after: int,
             if n > 1:
                 double.append(at)
             continue
-        if instance_minutes is None:  # read only when some firing has no Run
-            instance_minutes = {int(m) for (m,) in execute(
-                _sql(_INSTANCE_MINUTES), (cid, lo, until))}
+        if instance_minutes is None:  # needed only when some firing has no Run
+            instance_minutes = {s // 60 for s in instance_starts if s >= lo}
         if at // 60 not in instance_minutes:
             missed.append(at)
     if expected_at:  # Runs in judged minutes that are not firing minutes
