@@ -98,7 +98,9 @@ def _rekey_runs(db: Database) -> str:
 
 # (what the step does, in words that follow "cannot" in an error; the step). Step n brings
 # version n - 1 to version n and returns a line to log once it is committed, or None.
-# Append only: never reorder or edit a step that has shipped.
+# Append only: never reorder or edit a step that has shipped. Step 1 builds tables from
+# today's models: a later step that changes shadow_runs' columns must first give step 1 a
+# frozen copy of the version-1 Run table to re-key into.
 STEPS = (
     ("re-key shadow_runs by (accepted_at, id)", _step_release_before_versions),
 )
