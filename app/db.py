@@ -188,7 +188,7 @@ def open_database(settings, create: bool = True) -> tuple:
         schema.check_version()
         return db, ""
     try:
-        return db, schema.upgrade_schema()
+        return db, schema.upgrade_schema(failure_cause)
     except OperationalError as exc:
         if is_sqlite(db):
             raise Unavailable(f"cannot open the SQLite database {db.database}: "

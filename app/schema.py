@@ -16,6 +16,7 @@ step checks before it adds (the helpers below skip what is already there).
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from contextlib import contextmanager
 
 from peewee import Database, DatabaseError, SqliteDatabase
@@ -109,12 +110,17 @@ LATEST = len(STEPS)
 
 # --- start-up ---------------------------------------------------------------------------------
 
-def upgrade_schema() -> str:
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def upgrade_schema(cause: Callable[[BaseException], str] = _first_line) -> str:
     """Bring the bound database to the latest version (fresh: create and stamp it).
 
     Returns the journal mode on SQLite ("wal" unless the filesystem refused it), "" otherwise.
     Raises SchemaError, with one line that says why, when the version is newer than this
-    code's or a step fails.
+    code's or a step fails; cause(error) words a failed step's error (db.failure_cause).
     """
     db = database.obj
     sqlite = isinstance(db, SqliteDatabase)
@@ -129,7 +135,7 @@ def upgrade_schema() -> str:
             waited = db.execute_sql("PRAGMA busy_timeout").fetchone()[0]
             db.execute_sql(f"PRAGMA busy_timeout = {max(waited, UPGRADE_WAIT_MS)}")
         try:
-            _upgrade(db)
+            _upgrade(db, cause)
         finally:
             if sqlite:
                 db.execute_sql(f"PRAGMA busy_timeout = {waited}")
@@ -175,7 +181,7 @@ def _locked(db: Database):
         yield
 
 
-def _upgrade(db: Database) -> None:
+def _upgrade(db: Database, cause: Callable[[BaseException], str]) -> None:
     ran = 0
     while True:
         version, done = None, None
@@ -196,12 +202,11 @@ def _upgrade(db: Database) -> None:
                     done = STEPS[version][1](db) or f"schema upgraded to version {version + 1}"
                 _stamp(db, LATEST if version is None else version + 1)
         except DatabaseError as exc:  # the step, or the COMMIT (a full disk fails there)
-            from .db import failure_cause
             what = ("create the tables" if version is None or version == LATEST
                     else STEPS[version][0])
             left = ("the database is unchanged" if ran == 0 else
                     f"the database stays at schema version {version}")
-            raise SchemaError(f"cannot {what}: {failure_cause(exc)}; {left}") from None
+            raise SchemaError(f"cannot {what}: {cause(exc)}; {left}") from None
         if version is None:
             log.info("database created at schema version %d", LATEST)
             return
