@@ -145,6 +145,9 @@ def upgrade_schema(cause: Callable[[BaseException], str] = _first_line) -> str:
 def check_version() -> None:
     """Refuse a database whose schema is newer than this code (read-only opens)."""
     db = database.obj
+    if not db.is_closed():  # a caller's open connection
+        _current(db)
+        return
     with db.connection_context():
         _current(db)
 
