@@ -1,5 +1,7 @@
 """Every list and lookup endpoint, and every retention statement of the write path, is
-served by an index: no full table scan, no temporary sort (EXPLAIN on both databases).
+served by an index: no full table scan, no temporary sort (EXPLAIN on both databases). The
+gate's reads and the status page's per-cron reads go through the indexes the product
+creates (no full scan but of the tables they read whole by design).
 
 The statements are the ones the endpoints really run, recorded while the request is
 served. On PostgreSQL sequential scans and sorts are switched off for the EXPLAIN: the
