@@ -5,6 +5,8 @@ a failed step leaving the database at the version before it."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 import pytest
 from peewee import TextField
@@ -14,7 +16,7 @@ from qlshadow.legacy import apply_status_callback, parse_status_callback
 from qlshadow.models import App, Cron, RunningInstance, ShadowFailure, ShadowRun, Token
 from qlshadow.shadow import reader
 from qlshadow.shadow.writer import observe
-from conftest import cli_env, run_cli
+from conftest import ROOT, cli_env, run_cli
 from old_schema import (RequestKeyedRun, database_at, old_key, old_run, release_before_versions,
                         request_keyed_database)
 
@@ -362,9 +364,9 @@ def test_a_database_newer_than_the_code_is_refused_with_one_line(make_settings):
     for command in (("db", "init"), ("runs",)):  # the start-up, and a read-only command
         result = run_cli(cli_env(settings), *command, check=False)
         assert result.returncode == 1
-        assert result.stderr.strip().splitlines() == [
+        assert result.stderr.strip().splitlines() == [(
             f"qlshadow: the database's schema is version {schema.LATEST + 1}, newer than this "
-            f"qlshadow's {schema.LATEST}: run the release that wrote it, or a later one"]
+            f"qlshadow's {schema.LATEST}: run the release that wrote it, or a later one")]
     assert stored_version(database) == schema.LATEST + 1
     assert catalog(database) == before and every_row(database) == rows
 
@@ -439,9 +441,6 @@ db.open_database(settings)
 
 def start_at_once(settings, tmp_path, processes: int = 4) -> list:
     """Open the database for writing in several processes released at the same moment."""
-    import subprocess
-    import sys
-    from conftest import ROOT
     go = tmp_path / "go"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("QL_", "QL3_"))}
     env.update(cli_env(settings))
