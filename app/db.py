@@ -1,4 +1,4 @@
-"""The database: URL → SQLite (with router-friendly pragmas) or PostgreSQL, schema, transactions.
+"""The database: URL → SQLite (with router-friendly pragmas) or PostgreSQL, transactions.
 
 Connections are per thread and kept open across requests: waitress runs a fixed pool of
 threads, so each opens one connection (and runs the pragmas) once instead of per request.
@@ -24,7 +24,7 @@ from peewee import logger as _peewee_log
 
 from .config import ConfigError, sqlite_file
 from .errors import Unavailable
-from .models import ALL_MODELS, ShadowRun, database
+from .models import database
 
 log = logging.getLogger("qlshadow")
 
@@ -168,9 +168,10 @@ def bind(db: Database) -> None:
 def open_database(settings, create: bool = True) -> tuple:
     """The one way to open the database (app factory, CLI, tests): bind the models to it.
 
-    With create, the data directory is made if missing and missing tables are created
-    (never dropping data). Without it (read-only commands), nothing is created and no
-    write lock is taken: a database that does not exist yet is an error.
+    With create, the data directory is made if missing and the schema is created or
+    upgraded to this code's version (app/schema.py; never dropping data). Without it
+    (read-only commands), nothing is created and no write lock is taken: a database that
+    does not exist yet is an error. Either way a schema newer than the code is refused.
     Returns (database, journal mode on SQLite or "").
     """
     _check_data_dir(settings.data_dir, create)
@@ -178,10 +179,12 @@ def open_database(settings, create: bool = True) -> tuple:
     bind(db)
     if is_sqlite(db):
         _check_sqlite_file(db.database, create)
+    from . import schema  # start-up only: the callback path never needs it
     if not create:
+        schema.check_version()
         return db, ""
     try:
-        return db, create_schema()
+        return db, schema.upgrade_schema(failure_cause)
     except OperationalError as exc:
         if is_sqlite(db):
             raise Unavailable(f"cannot open the SQLite database {db.database}: "
@@ -223,60 +226,6 @@ def _sqlite_cause(path: str, exc: Exception) -> str:
     if os.path.exists(path) and not os.access(path, os.R_OK | os.W_OK):
         return "the file is not readable and writable by this user (owned by another user?)"
     return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-
-
-def create_schema() -> str:
-    """Create whatever tables and indexes are missing; never drops or alters data.
-
-    Returns the journal mode on SQLite ("wal" unless the filesystem refused it), "" otherwise.
-    """
-    db = database.obj
-    mode = ""
-    ShadowRun._meta.without_rowid = is_sqlite(db)
-    with db.connection_context():
-        if is_sqlite(db):
-            mode = db.execute_sql("PRAGMA journal_mode=wal").fetchone()[0].lower()
-        with db.atomic():
-            if not is_sqlite(db):
-                # Two processes starting at once must not race on CREATE TABLE.
-                db.execute_sql("SELECT pg_advisory_xact_lock(4460446)")
-            if db.get_primary_keys("shadow_runs") == ["project_id", "idempotency_key"]:
-                _rekey_runs(db)
-            db.create_tables(ALL_MODELS, safe=True)
-    return mode
-
-
-def _rekey_runs(db: Database) -> None:
-    """Re-key an older shadow_runs by (accepted_at, id), keeping every row.
-
-    Older databases keyed it by (project_id, idempotency_key), with an (accepted_at, id)
-    index for the order that is now the key itself (models.ShadowRun). Runs in a savepoint
-    of the caller's transaction: a failure (a full disk, say) leaves the table as it was.
-    """
-    try:
-        with db.atomic():
-            if is_sqlite(db):
-                # SQLite cannot change a table's key: the rows are copied into a new table,
-                # which needs as much free space again as the table while it runs.
-                columns = ", ".join(f'"{f.column_name}"' for f in ShadowRun._meta.sorted_fields)
-                db.execute_sql('ALTER TABLE "shadow_runs" RENAME TO "shadow_runs_old"')
-                for index in db.get_indexes("shadow_runs_old"):  # they moved with the table
-                    if index.sql:  # not a key's own index, which goes with the table
-                        db.execute_sql(f'DROP INDEX "{index.name}"')
-                db.create_tables([ShadowRun])
-                db.execute_sql(f'INSERT INTO "shadow_runs" ({columns}) '
-                               f'SELECT {columns} FROM "shadow_runs_old"')
-                db.execute_sql('DROP TABLE "shadow_runs_old"')
-            else:
-                db.execute_sql('ALTER TABLE "shadow_runs" DROP CONSTRAINT "shadow_runs_pkey", '
-                               'ADD PRIMARY KEY ("accepted_at", "id")')
-                db.execute_sql('DROP INDEX IF EXISTS "shadow_runs_accepted"')
-            rows = db.execute_sql('SELECT COUNT(*) FROM "shadow_runs"').fetchone()[0]
-    except DatabaseError as exc:
-        raise Unavailable(f"cannot re-key shadow_runs by (accepted_at, id): "
-                          f"{failure_cause(exc)}; the database is unchanged") from None
-    # A warning so that it shows once whichever command opened the database first.
-    log.warning("shadow_runs re-keyed by (accepted_at, id), %d Runs kept", rows)
 
 
 def ensure_connection() -> None:

@@ -96,8 +96,9 @@ RunningInstance.add_index(
     RunningInstance.index(RunningInstance.cron, RunningInstance.pid,
                           where=(RunningInstance.status == INSTANCE_RUNNING),
                           name="running_instances_open"))
-# GET /open/crons/<id>/instances (newest first), the per-cron row cap of retention, and a
-# cron's instances in a time window (reconciliation; ids grow with insertion time).
+# GET /open/crons/<id>/instances and the status page's strips (newest first), the per-cron
+# row cap of retention, and the gate's read of a cron's instances (reconcile.py says why no
+# (cron_id, started_at) index: one more page written per callback).
 RunningInstance.add_index(
     RunningInstance.index(RunningInstance.cron, RunningInstance.id, name="running_instances_cron"))
 
@@ -131,7 +132,7 @@ class ShadowRun(BaseModel):
     every Run listing, window and age deletion reads: one B-tree holds the rows and serves
     admission, replay, state changes and those reads. On SQLite the table is WITHOUT ROWID
     for the same reason. Older databases keyed it by (project_id, idempotency_key), with a
-    separate (accepted_at, id) index; db.create_schema rebuilds such a table once.
+    separate (accepted_at, id) index; the first step of schema.py rebuilds such a table once.
     """
     project_id = TextField()
     idempotency_key = TextField()

@@ -1,8 +1,6 @@
 """What the status page shows, read from the tables (no Flask): bounded, read-only queries."""
 from __future__ import annotations
 
-from peewee import fn
-
 from .models import (CRON_DISABLED, CRON_IDLE, CRON_QUEUED, CRON_RUNNING, INSTANCE_RUNNING,
                      Cron, RunningInstance, ShadowFailure)
 
@@ -128,22 +126,19 @@ def recent_instances(cron_ids: list, per_cron: int) -> dict:
     """cron id -> its newest Legacy instances (newest first), at most per_cron each."""
     if not cron_ids:
         return {}
-    ranked = (RunningInstance
-              .select(RunningInstance.cron.alias("cron_id"), RunningInstance.id,
-                      RunningInstance.status, RunningInstance.started_at,
-                      RunningInstance.finished_at, RunningInstance.exit_code,
-                      fn.ROW_NUMBER().over(partition_by=[RunningInstance.cron],
-                                           order_by=[RunningInstance.id.desc()]).alias("rn"))
-              .where(RunningInstance.cron.in_(cron_ids)).alias("ranked"))
-    query = (RunningInstance.select(ranked.c.cron_id, ranked.c.id, ranked.c.status,
-                                    ranked.c.started_at, ranked.c.finished_at,
-                                    ranked.c.exit_code)
-             .from_(ranked).where(ranked.c.rn <= per_cron)
-             .order_by(ranked.c.cron_id, ranked.c.id.desc()))
+    # One range of running_instances_cron (cron_id, id) per cron, newest first: a ranking
+    # over all the crons' instances made SQLite read the whole table for a page of crons.
+    columns = (RunningInstance.cron.alias("cron_id"), RunningInstance.id,
+               RunningInstance.status, RunningInstance.started_at,
+               RunningInstance.finished_at, RunningInstance.exit_code)
     out: dict = {}
-    for cron_id, iid, status, started, finished, code in query.tuples():
-        out.setdefault(cron_id, []).append({"id": iid, "status": status, "started_at": started,
-                                            "finished_at": finished, "exit_code": code})
+    for wanted in cron_ids:
+        query = (RunningInstance.select(*columns).where(RunningInstance.cron == wanted)
+                 .order_by(RunningInstance.id.desc()).limit(per_cron))
+        for cron_id, iid, status, started, finished, code in query.tuples():
+            out.setdefault(cron_id, []).append({"id": iid, "status": status,
+                                                "started_at": started, "finished_at": finished,
+                                                "exit_code": code})
     return out
 
 

@@ -2,8 +2,10 @@
 
 On demand and read-only: it evaluates each active cron's schedule over a window the way
 BusyBox crond does, and compares the firings with the Shadow Runs, the Legacy instances
-and the accept failures of that window. Every read is a range on (cron_id, time), so a
-week costs the same whatever the tables hold before or after it.
+and the accept failures of that window. Runs are read as a range of (accepted_at) or
+(cron_id, accepted_at), so a week of Runs costs the same whatever the table holds before or
+after it; a cron's Legacy instances are read whole (retention bounds them), through the
+index on (cron_id, id) the product already keeps.
 
 Schedules are matched by cronsim; this module only decides which wall-clock minutes map
 to which instants (BusyBox crond tests every real minute by its local time: a minute in
@@ -69,10 +71,10 @@ def reconcile(since: int, until: int, cron_id: int | None = None, stuck_after: i
         ids = [cron["id"] for cron in crons]
         failures = _failures(since, until)
         stats = _stats(ids, since, until, now - stuck_after)
-        unmatched = _unmatched(ids, since, until)
+        unmatched, instance_starts = _unmatched(ids, since, until)
         reports = [_cron_report(cron, since, until, now, stuck_after, tolerance, clock,
                                 failures.get(cron["id"], {}), stats.get(cron["id"]),
-                                unmatched.get(cron["id"], 0))
+                                unmatched.get(cron["id"], 0), instance_starts.get(cron["id"], ()))
                    for cron in crons]
     gate = _gate(reports, failures, cron_id)
     return {"window": {"since": since, "until": until}, "gate": gate, "crons": reports}
@@ -226,23 +228,28 @@ _STATS = (
     'FROM "shadow_runs" WHERE {where} '
     'GROUP BY "cron_id"')
 # With several crons on SQLite the window is read as a range of the table's key
-# (accepted_at, id): one sequential pass, where the (cron_id, accepted_at) index would cost a
+# (accepted_at, id): one sequential pass, where the index shadow_runs_cron would cost a
 # key lookup per Run; rows of other crons are dropped here.
 _BY_KEY = '"accepted_at" >= ? AND "accepted_at" < ?'
 _BY_CRON = '"accepted_at" >= ? AND "accepted_at" < ? AND '
 
-# Firings are matched with Runs by minute: index shadow_runs(cron_id, accepted_at) covers it.
+# Firings are matched with Runs by minute: shadow_runs_cron (cron_id, accepted_at, id) alone
+# answers both (no row is read), the second in its own order.
 _RUN_MINUTES = ('SELECT "accepted_at" / 60, COUNT(*) FROM "shadow_runs" WHERE "cron_id" = ? '
                 'AND "accepted_at" >= ? AND "accepted_at" < ? GROUP BY "accepted_at" / 60')
 _RUN_IDS = ('SELECT "id" FROM "shadow_runs" WHERE "cron_id" = ? AND "accepted_at" >= ? '
-            'AND "accepted_at" < ? ORDER BY "id"')
-# Index running_instances(cron_id, started_at) covers it.
-_INSTANCE_MINUTES = ('SELECT DISTINCT "started_at" / 60 FROM "running_instances" '
-                     'WHERE "cron_id" = ? AND "started_at" >= ? AND "started_at" < ?')
+            'AND "accepted_at" < ? ORDER BY "accepted_at", "id"')
+# The window's instances are read once, through running_instances_cron (cron_id, id): all of
+# each cron's kept instances, which retention bounds (QL_RETENTION_ROWS_PER_CRON,
+# QL_RETENTION_DAYS), with started_at filtered row by row. An index on (cron_id, started_at)
+# would read only the window, but costs a page written per callback at steady state for an
+# on-demand report (docs/SHADOW.md "Cost" has both measured).
 # A Legacy instance and its Run come from the same running callback: same cron, pid and
 # start second, and task.sh makes the execution id (the Run's accepted_at) from that very
-# second. The two sides are read a day at a time and joined here: a join in SQL probes
-# shadow_runs once per instance, a key lookup each, several times slower on SQLite.
+# second. The window's instances are bucketed by day; the Runs are read a day
+# at a time (on SQLite as a range of the key: one sequential pass) and joined here. A join
+# in SQL, or Runs read per cron through shadow_runs_cron, probes the Run table once per row,
+# a key lookup each, several times slower on SQLite.
 _RUN_STARTS = ('SELECT "cron_id", "pid", "started_at" FROM "shadow_runs" WHERE {where} '
                'AND "started_at" = "accepted_at"')
 _INSTANCE_STARTS = ('SELECT "cron_id", "pid", "started_at" FROM "running_instances" '
@@ -273,19 +280,25 @@ def _stats(ids: list, since: int, until: int, stuck_before: int) -> dict:
             if row[0] in wanted}
 
 
-def _unmatched(ids: list, since: int, until: int) -> dict:
-    """{cron_id: Legacy instances started in the window with no Run of the same start}."""
+def _unmatched(ids: list, since: int, until: int) -> tuple:
+    """({cron_id: Legacy instances started in the window with no Run of the same start},
+    {cron_id: start times of its instances in the window})."""
     execute = database.obj.execute_sql
+    by_day: dict = {}
+    starts_by_cron: dict = {}
+    for row in execute(_sql(_INSTANCE_STARTS.format(where=_in('"cron_id"', ids))),
+                       (since, until)):
+        by_day.setdefault((row[2] - since) // DAY, []).append(tuple(row))
+        starts_by_cron.setdefault(row[0], []).append(row[2])
     found: dict = {}
-    instances_where = _in('"cron_id"', ids)
-    for lo in range(since, until, DAY):  # a day at a time keeps the sets small
-        hi = min(until, lo + DAY)
-        where, params = _runs_where(ids, lo, hi)
+    for day, instances in sorted(by_day.items()):
+        lo = since + day * DAY
+        where, params = _runs_where(ids, lo, min(until, lo + DAY))
         starts = set(execute(_sql(_RUN_STARTS.format(where=where)), params))
-        for row in execute(_sql(_INSTANCE_STARTS.format(where=instances_where)), (lo, hi)):
+        for row in instances:
             if row not in starts:
                 found[row[0]] = found.get(row[0], 0) + 1
-    return found
+    return found, starts_by_cron
 
 
 def _failures(since: int, until: int) -> dict:
@@ -303,7 +316,8 @@ def _iso(instant: int) -> str:
 
 
 def _cron_report(cron: dict, since: int, until: int, now: int, stuck_after: int,
-                 tolerance: float, clock: LocalClock, failed: dict, stats, unmatched: int) -> dict:
+                 tolerance: float, clock: LocalClock, failed: dict, stats, unmatched: int,
+                 instance_starts) -> dict:
     from .shadow.writer import cron_revision
     execute = database.obj.execute_sql
     cid = cron["id"]
@@ -359,9 +373,8 @@ def _cron_report(cron: dict, since: int, until: int, now: int, stuck_after: int,
             if n > 1:
                 double.append(at)
             continue
-        if instance_minutes is None:  # read only when some firing has no Run
-            instance_minutes = {int(m) for (m,) in execute(
-                _sql(_INSTANCE_MINUTES), (cid, lo, until))}
+        if instance_minutes is None:  # needed only when some firing has no Run
+            instance_minutes = {s // 60 for s in instance_starts if s >= lo}
         if at // 60 not in instance_minutes:
             missed.append(at)
     if expected_at:  # Runs in judged minutes that are not firing minutes

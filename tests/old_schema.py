@@ -1,6 +1,7 @@
-"""shadow_runs as older releases made it, with Runs as their writer left them.
+"""Databases as older releases made them, with rows as their writers left them.
 
-For the tests of the one-time re-key by (accepted_at, id) (db.create_schema).
+For the tests of the schema's upgrade steps (app/schema.py): a release before versions
+(version 0) in each shape it shipped, and any later version reached through the steps.
 """
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ import os
 
 from peewee import CompositeKey
 
-from qlshadow import db
-from qlshadow.models import App, Cron, RunningInstance, ShadowFailure, ShadowRun, Token
+from qlshadow import db, schema
+from qlshadow.models import (ALL_MODELS, App, Cron, RunningInstance, ShadowFailure, ShadowRun,
+                             Token)
 from qlshadow.shadow.ids import attempt_id, run_id
 from qlshadow.shadow.writer import cron_revision
 
@@ -37,6 +39,37 @@ def request_keyed_database(db_url: str):
     with database.connection_context():
         database.create_tables((Cron, RunningInstance, App, Token, RequestKeyedRun,
                                 ShadowFailure))
+    return database
+
+
+# Indexes that versioned steps added: the release before versions did not have them.
+ADDED_BY_STEPS: tuple = ()
+
+
+def release_before_versions(db_url: str):
+    """A database at db_url as the last release without a schema version made it: today's
+    tables, without the indexes later steps added, and no version; bound, connection closed."""
+    database = db.make_database(db_url)
+    db.bind(database)
+    if db.is_sqlite(database):
+        os.makedirs(os.path.dirname(database.database), exist_ok=True)
+    ShadowRun._meta.without_rowid = db.is_sqlite(database)
+    with database.connection_context():
+        database.create_tables(ALL_MODELS)
+        for name in ADDED_BY_STEPS:
+            database.execute_sql(f'DROP INDEX "{name}"')
+    return database
+
+
+def database_at(db_url: str, version: int):
+    """A database at db_url at schema version `version`: the release before versions
+    brought up by the shipped steps 1..version."""
+    database = release_before_versions(db_url)
+    with database.connection_context():
+        for target in range(1, version + 1):
+            with database.atomic():
+                schema.STEPS[target - 1][1](database)
+                schema._stamp(database, target)
     return database
 
 

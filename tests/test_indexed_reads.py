@@ -1,5 +1,7 @@
 """Every list and lookup endpoint, and every retention statement of the write path, is
-served by an index: no full table scan, no temporary sort (EXPLAIN on both databases).
+served by an index: no full table scan, no temporary sort (EXPLAIN on both databases). The
+gate's reads and the status page's per-cron reads go through the indexes the product
+creates (no full scan but of the tables they read whole by design).
 
 The statements are the ones the endpoints really run, recorded while the request is
 served. On PostgreSQL sequential scans and sorts are switched off for the EXPLAIN: the
@@ -154,4 +156,114 @@ def test_the_retention_steps_of_the_write_path_read_through_indexes(app, runs_of
         plans = {sql: full_scans_and_sorts(sql, params) for sql, params in recorded}
 
     assert len(plans) >= 8
+    assert {sql: bad for sql, bad in plans.items() if bad} == {}
+
+
+# --- the gate ----------------------------------------------------------------------------------
+# The gate reads every cron (the report lists them all) and the capped shadow_failures
+# whole; everything else must name an index or the table's key and bound the read by it.
+GATE_WHOLE_READS = {"crons", "shadow_failures"}
+# On SQLite the index (or key) each gate read must search by, and the leading constraint.
+GATE_SEARCHES = {
+    "shadow_runs": re.compile(r"USING (COVERING INDEX shadow_runs_cron \(cron_id=\? AND "
+                              r"accepted_at>\? AND accepted_at<\?\)|INDEX shadow_runs_cron "
+                              r"\(cron_id=\? AND accepted_at>\? AND accepted_at<\?\)|"
+                              r"PRIMARY KEY \(accepted_at>\? AND accepted_at<\?\))"),
+    "running_instances": re.compile(r"USING INDEX running_instances_cron \(cron_id=\?\)"),
+}
+
+
+def gate_reads_off_index(sql: str, params: tuple) -> list:
+    """The plan lines of one gate statement that read a table without its index or key."""
+    bad = []
+    tables = re.findall(r'FROM "(\w+)"', sql)
+    for line in plan_lines(sql, params):
+        text = line.strip()
+        if db.is_sqlite():
+            if not text.startswith(("SCAN ", "SEARCH ")):
+                continue
+            table = text.split()[1]
+            if table == "t1":  # Peewee's alias: the table it names
+                table = re.search(r'FROM "(\w+)" AS "t1"', sql).group(1)
+            if table in GATE_WHOLE_READS:
+                continue
+            wanted = GATE_SEARCHES.get(table)
+            if wanted is None or not text.startswith("SEARCH ") or not wanted.search(text):
+                bad.append(text)
+        elif "Seq Scan" in text and not any(f"Seq Scan on {t}" in text for t in GATE_WHOLE_READS):
+            bad.append(text)
+    assert tables, sql
+    return bad
+
+
+@pytest.fixture
+def gate_history(app, runs_of_two_crons):
+    """The two crons' Runs and instances, a manual run (an instance without a Run) and a
+    firing with neither, so that every read of the gate runs."""
+    from qlshadow.models import Cron, RunningInstance
+    a, _ = runs_of_two_crons
+    with db.database.connection_context(), db.write_transaction():
+        # made long before the window, so that the gate judges its firings
+        Cron.update(created_at=0, updated_at=0).execute()
+        RunningInstance.insert(cron=a, pid=7, log_path="m.log", started_at=1700000100).execute()
+    return runs_of_two_crons
+
+
+@pytest.mark.parametrize("one_cron", [False, True], ids=["every cron", "one cron"])
+def test_every_read_of_the_gate_goes_through_an_index_the_product_creates(gate_history, recorded,
+                                                                          one_cron):
+    from qlshadow import reconcile
+    a, _ = gate_history
+    del recorded[:]
+    with db.database.connection_context():
+        report = reconcile.reconcile(1700000000 - 86400, 1700000000 + 2 * 86400,
+                                     cron_id=a if one_cron else None,
+                                     now=1700000000 + 2 * 86400)
+        # The Runs of a doubled firing are read only when there is one: run it here.
+        db.database.obj.execute_sql(reconcile._sql(reconcile._RUN_IDS),
+                                    (a, 1700000000, 1700000060)).fetchall()
+        plans = {sql: gate_reads_off_index(sql, params) for sql, params in recorded}
+
+    # every kind of read ran: Runs by window, per minute and by id, instance starts
+    assert report["crons"] and any(c["unmatched_instances"] for c in report["crons"])
+    read = " ".join(plans)
+    for fragment in ('FROM "running_instances"',
+                     'ORDER BY "accepted_at", "id"', 'GROUP BY "accepted_at" / 60'):
+        assert fragment in read
+    assert {sql: bad for sql, bad in plans.items() if bad} == {}
+
+
+def whole_table_reads(sql: str, params: tuple, whole_ok: set) -> list:
+    """The plan lines that read a whole table other than those in whole_ok."""
+    bad = []
+    for line in plan_lines(sql, params):
+        text = line.strip()
+        if db.is_sqlite():
+            if text.startswith("SCAN ") and " USING " not in text:
+                table = text.split()[1]
+                if table == "t1":  # Peewee's alias: the table it names
+                    table = re.search(r'FROM "(\w+)" AS "t1"', sql).group(1)
+                if table not in whole_ok:
+                    bad.append(text)
+        elif "Seq Scan" in text and not any(f"Seq Scan on {t}" in text for t in whole_ok):
+            bad.append(text)
+    return bad
+
+
+@pytest.mark.parametrize("template", ["/page/", "/page/crons/{a}"])
+def test_the_status_pages_per_cron_listings_read_through_an_index(client, auth, token,
+                                                                  runs_of_two_crons, recorded,
+                                                                  template):
+    # The list of crons is the page itself (counted and read whole), and shadow_failures is
+    # capped; every Run and instance it shows per cron is read through an index.
+    a, _ = runs_of_two_crons
+    assert client.post("/page/login", data={"token": token}).status_code in (302, 303)
+    del recorded[:]
+    assert client.get(template.format(a=a)).status_code == 200
+    reads = [(sql, params) for sql, params in recorded if "tokens" not in sql]
+    assert any("running_instances" in sql for sql, _ in reads)
+
+    plans = {sql: whole_table_reads(sql, params, {"crons", "shadow_failures"})
+             for sql, params in reads}
+
     assert {sql: bad for sql, bad in plans.items() if bad} == {}

@@ -1,21 +1,34 @@
-"""`qlshadow db init` on a database from before Shadow adds its tables and keeps every row."""
+"""The versioned schema (app/schema.py): every step from a database of the release before
+it, on SQLite and PostgreSQL, with its rows kept; a fresh database stamped at the latest
+version; start-up a no-op when current; a newer version refused; concurrent start-ups;
+a failed step leaving the database at the version before it."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 import pytest
+from peewee import TextField
 
-from qlshadow import db
+from qlshadow import db, schema
 from qlshadow.legacy import apply_status_callback, parse_status_callback
 from qlshadow.models import App, Cron, RunningInstance, ShadowFailure, ShadowRun, Token
 from qlshadow.shadow import reader
 from qlshadow.shadow.writer import observe
-from conftest import cli_env, run_cli
-from old_schema import RequestKeyedRun, old_key, old_run, request_keyed_database
+from conftest import ROOT, cli_env, run_cli
+from old_schema import (RequestKeyedRun, database_at, old_key, old_run, release_before_versions,
+                        request_keyed_database)
 
 OLD_MODELS = (Cron, RunningInstance, App, Token)
 
 
+def stored_version(database) -> int | None:
+    """The schema version the database holds; None when it holds none."""
+    with database.connection_context():
+        if not database.table_exists(schema.VERSION_TABLE):
+            return None
+        return database.execute_sql('SELECT "version" FROM "schema_version"').fetchone()[0]
 
 
 def snapshot() -> dict:
@@ -63,6 +76,7 @@ def test_db_init_adds_the_shadow_tables_and_keeps_every_row(old_database):
     assert after["crons"] == before["crons"]
     assert after["running_instances"] == before["running_instances"]
     assert after["tokens"] == before["tokens"]
+    assert stored_version(database) == schema.LATEST
 
 
 def test_the_upgraded_database_admits_runs(old_database):
@@ -210,7 +224,297 @@ def test_a_rekey_that_fails_leaves_the_older_database_as_it_was(request_keyed):
     assert "the database is unchanged" in result.stderr
     assert "Traceback" not in result.stderr
     assert run_rows(database) == before
+    assert stored_version(database) is None  # still the release before versions
     with database.connection_context():
         assert database.get_primary_keys("shadow_runs") == ["project_id", "idempotency_key"]
         assert "shadow_runs_accepted" in index_names(database)
         assert not database.table_exists("shadow_runs_old")
+
+
+# --- the version and the steps -----------------------------------------------------------------
+
+def catalog(database) -> dict:
+    """Every table with its columns, key, indexes and foreign keys, as the database reports them."""
+    with database.connection_context():
+        return {table: {"columns": [(c.name, c.data_type.lower(), c.null, c.primary_key)
+                                    for c in database.get_columns(table)],
+                        "key": database.get_primary_keys(table),
+                        "indexes": sorted((i.name, i.sql, tuple(i.columns), i.unique)
+                                          for i in database.get_indexes(table)),
+                        "foreign_keys": sorted((f.column, f.dest_table, f.dest_column)
+                                               for f in database.get_foreign_keys(table))}
+                for table in database.get_tables()}
+
+
+@pytest.fixture
+def fresh_catalog(backend, tmp_path, pg_databases) -> dict:
+    """The catalog of a database that start-up created from nothing (another database)."""
+    if backend == "sqlite":
+        url = f"sqlite:///{tmp_path}/fresh/qlshadow.db"
+    else:
+        url = pg_databases.fresh("fresh-schema")
+    bound = db.database.obj
+    database = db.make_database(url)
+    db.bind(database)
+    if db.is_sqlite(database):
+        os.makedirs(os.path.dirname(database.database))
+    schema.upgrade_schema()
+    assert stored_version(database) == schema.LATEST
+    found = catalog(database)
+    if bound is not None:  # the test's own database, bound by a fixture before this one
+        db.bind(bound)
+    return found
+
+
+def fill_every_table(database) -> dict:
+    """One or more rows in every table; returns them as read back, table by table."""
+    with database.connection_context(), database.atomic():
+        cron = Cron.insert(name="backup", command="task backup.sh", schedule="*/5 * * * *",
+                           status=0, pid=42, log_path="b.log", created_at=1, updated_at=2
+                           ).execute()
+        RunningInstance.insert(cron=cron, pid=42, log_path="b.log", started_at=10).execute()
+        app_id = App.insert(name="legacy-client", client_id="c1", client_secret_hash="0" * 64,
+                            scopes="crons", created_at=5).execute()
+        Token.insert(token_hash="1" * 64, app=app_id, expiration=2**40).execute()
+        ShadowRun.insert_many([old_run(cron, 1764460800, 1, "exited"),
+                               old_run(cron, 1764460860, 2, "running")]).execute()
+        ShadowFailure.insert(at=1764460900, reason="drift", cron_id=cron, detail="x").execute()
+    return every_row(database)
+
+
+def every_row(database) -> dict:
+    with database.connection_context():
+        return {m._meta.table_name: sorted(m.select().tuples()) for m in
+                (Cron, RunningInstance, App, Token, ShadowRun, ShadowFailure)}
+
+
+@pytest.mark.parametrize("version", range(schema.LATEST))
+def test_each_step_upgrades_a_database_of_the_version_before_and_keeps_its_rows(
+        make_settings, fresh_catalog, version):
+    settings = make_settings()
+    database = database_at(settings.db_url, version)
+    before = fill_every_table(database)
+    assert stored_version(database) == (version or None)
+
+    run_cli(cli_env(settings), "db", "init")
+
+    assert stored_version(database) == schema.LATEST
+    assert catalog(database) == fresh_catalog
+    after = every_row(database)
+    assert after.pop("apps")[:1] == before.pop("apps")  # db init adds the system app
+    assert after == before
+
+
+def test_the_release_before_versions_is_recognised_without_a_version(make_settings):
+    settings = make_settings()
+    database = release_before_versions(settings.db_url)
+    with database.connection_context():
+        assert not database.table_exists(schema.VERSION_TABLE)
+        assert schema._current(database) == 0
+
+
+def test_a_fresh_database_is_created_at_the_latest_version(make_settings):
+    settings = make_settings()
+    database, _ = db.open_database(settings)
+    assert stored_version(database) == schema.LATEST
+    with database.connection_context():
+        tables = set(database.get_tables()) - {"sqlite_sequence"}  # SQLite's AUTOINCREMENT
+        assert tables == {m._meta.table_name for m in schema.ALL_MODELS} | {schema.VERSION_TABLE}
+        # one row: the version is a single fact
+        assert database.execute_sql('SELECT COUNT(*) FROM "schema_version"').fetchone()[0] == 1
+
+
+def test_start_up_on_a_current_database_changes_nothing_and_takes_no_lock(make_settings):
+    settings = make_settings()
+    database = database_at(settings.db_url, 0)
+    fill_every_table(database)
+    run_cli(cli_env(settings), "db", "init")
+    before, rows = catalog(database), every_row(database)
+    # Another connection holds the write lock (SQLite) or the schema lock (PostgreSQL): a
+    # start-up that wrote or locked anything would wait for it and then fail.
+    other = db.make_database(settings.db_url, timeout=1)
+    with other.connection_context():
+        if db.is_sqlite(other):
+            other.execute_sql("BEGIN IMMEDIATE")
+        else:
+            other.execute_sql("BEGIN")
+            other.execute_sql("SELECT pg_advisory_xact_lock(%s)", (schema.PG_LOCK_KEY,))
+        try:
+            db.bind(database)
+            mode = schema.upgrade_schema()
+        finally:
+            other.execute_sql("ROLLBACK")
+    assert mode == ("wal" if db.is_sqlite(database) else "")
+    assert catalog(database) == before
+    assert every_row(database) == rows
+    assert stored_version(database) == schema.LATEST
+
+
+def set_version(database, version: int) -> None:
+    with database.connection_context():
+        database.execute_sql(f'UPDATE "schema_version" SET "version" = {version}')
+
+
+def test_a_database_newer_than_the_code_is_refused_with_one_line(make_settings):
+    settings = make_settings()
+    database = database_at(settings.db_url, schema.LATEST)
+    fill_every_table(database)
+    set_version(database, schema.LATEST + 1)
+    before, rows = catalog(database), every_row(database)
+    for command in (("db", "init"), ("runs",)):  # the start-up, and a read-only command
+        result = run_cli(cli_env(settings), *command, check=False)
+        assert result.returncode == 1
+        assert result.stderr.strip().splitlines() == [(
+            f"qlshadow: the database's schema is version {schema.LATEST + 1}, newer than this "
+            f"qlshadow's {schema.LATEST}: run the release that wrote it, or a later one")]
+    assert stored_version(database) == schema.LATEST + 1
+    assert catalog(database) == before and every_row(database) == rows
+
+
+def test_the_server_refuses_to_start_on_a_newer_database(make_settings):
+    from qlshadow.views import create_app
+    settings = make_settings()
+    database = database_at(settings.db_url, schema.LATEST)
+    set_version(database, schema.LATEST + 1)
+    with pytest.raises(schema.SchemaError, match="newer than this qlshadow's"):
+        create_app(settings)
+
+
+def failing_step(database) -> None:
+    """A step that changes something and then fails, as a full disk would half-way."""
+    database.execute_sql('CREATE TABLE "half_done" ("x" INTEGER)')
+    database.execute_sql('INSERT INTO "no_such_table" VALUES (1)')
+
+
+def test_a_failed_step_leaves_the_database_at_the_version_before_it(make_settings, monkeypatch):
+    settings = make_settings()
+    database = database_at(settings.db_url, schema.LATEST)
+    rows = fill_every_table(database)
+    before = catalog(database)
+    monkeypatch.setattr(schema, "STEPS", schema.STEPS + (("add a half-done table", failing_step),))
+    monkeypatch.setattr(schema, "LATEST", schema.LATEST + 1)
+    db.bind(database)
+
+    with pytest.raises(schema.SchemaError) as raised:
+        schema.upgrade_schema()
+
+    assert str(raised.value).startswith("cannot add a half-done table: ")
+    assert str(raised.value).endswith("; the database is unchanged")
+    assert "\n" not in str(raised.value)
+    assert stored_version(database) == schema.LATEST - 1
+    assert catalog(database) == before and every_row(database) == rows
+
+
+def test_steps_that_succeed_before_a_failed_one_stay_done(make_settings, monkeypatch):
+    settings = make_settings()
+    database = database_at(settings.db_url, schema.LATEST)
+    before = catalog(database)
+
+    def add_a_table(database):
+        database.execute_sql('CREATE TABLE "added" ("x" INTEGER)')
+
+    monkeypatch.setattr(schema, "STEPS", schema.STEPS + (("add a table", add_a_table),
+                                                         ("add a half-done table", failing_step)))
+    monkeypatch.setattr(schema, "LATEST", schema.LATEST + 2)
+    db.bind(database)
+
+    with pytest.raises(schema.SchemaError) as raised:
+        schema.upgrade_schema()
+
+    assert str(raised.value).endswith(
+        f"; the database stays at schema version {schema.LATEST - 1}")
+    assert stored_version(database) == schema.LATEST - 1
+    after = catalog(database)
+    assert set(after) - set(before) == {"added"}
+
+
+# The start-up's schema part (db.open_database), as `serve` and every command run it.
+START_WHEN_TOLD = """
+import os, sys, time
+from qlshadow import config, db
+settings = config.load()
+while not os.path.exists(sys.argv[1]):
+    time.sleep(0.01)
+db.open_database(settings)
+"""
+
+
+def start_at_once(settings, tmp_path, processes: int = 4) -> list:
+    """Open the database for writing in several processes released at the same moment."""
+    go = tmp_path / "go"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("QL_", "QL3_"))}
+    env.update(cli_env(settings))
+    started = [subprocess.Popen([sys.executable, "-c", START_WHEN_TOLD, str(go)], cwd=ROOT,
+                                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True) for _ in range(processes)]
+    go.write_text("")
+    results = []
+    for process in started:
+        out, err = process.communicate(timeout=120)
+        results.append((process.returncode, out, err))
+    return results
+
+
+def test_processes_starting_at_once_on_a_fresh_database_make_one_schema(
+        make_settings, fresh_catalog, tmp_path):
+    settings = make_settings()
+    os.makedirs(settings.data_dir, exist_ok=True)
+
+    results = start_at_once(settings, tmp_path)
+
+    assert [(code, err) for code, _, err in results] == [(0, "")] * len(results)
+    database = db.make_database(settings.db_url)
+    assert stored_version(database) == schema.LATEST
+    assert catalog(database) == fresh_catalog
+
+
+def test_processes_starting_at_once_on_an_older_database_upgrade_it_once(
+        request_keyed, fresh_catalog, tmp_path):
+    settings, database, _ = request_keyed
+    before = run_rows(database)
+
+    results = start_at_once(settings, tmp_path)
+
+    assert [code for code, _, _ in results] == [0] * len(results), results
+    logs = "".join(err for _, _, err in results)
+    assert logs.count("re-keyed by (accepted_at, id), 3 Runs kept") == 1
+    assert stored_version(database) == schema.LATEST
+    assert catalog(database) == fresh_catalog
+    assert run_rows(database) == before
+
+
+class FailureWithNote(ShadowFailure):
+    """shadow_failures as a later release might change it: one more column, one index."""
+    note = TextField(null=True)
+
+    class Meta:
+        table_name = "shadow_failures"
+
+
+FailureWithNote.add_index(FailureWithNote.index(FailureWithNote.cron_id, FailureWithNote.at,
+                                                name="shadow_failures_cron"))
+
+
+def add_a_note(database) -> None:
+    schema.add_column(database, FailureWithNote, "note")
+    schema.add_indexes(FailureWithNote)
+
+
+def test_a_step_written_with_the_helpers_adds_a_column_and_an_index_and_keeps_the_rows(
+        make_settings, monkeypatch):
+    settings = make_settings()
+    database = database_at(settings.db_url, schema.LATEST)
+    rows = fill_every_table(database)
+    monkeypatch.setattr(schema, "STEPS", schema.STEPS + (("add a note to failures", add_a_note),))
+    monkeypatch.setattr(schema, "LATEST", schema.LATEST + 1)
+    db.bind(database)
+
+    schema.upgrade_schema()
+    schema.upgrade_schema()  # once only
+
+    assert stored_version(database) == schema.LATEST
+    with database.connection_context():
+        assert "note" in {c.name for c in database.get_columns("shadow_failures")}
+        assert "shadow_failures_cron" in index_names(database)
+        assert [r["note"] for r in FailureWithNote.select().dicts()] == [None]
+    assert every_row(database) == rows

@@ -1,0 +1,226 @@
+"""The database schema: a version stored in the database and the ordered steps that reach it.
+
+Start-up (db.open_database) reads the version once; the callback path never looks at it.
+A database with no tables is created at the latest version and stamped. A database with
+tables but no version comes from a release before versions (version 0) and is brought up
+step by step. Each step is one transaction that also writes its version, taken under an
+advisory lock on PostgreSQL and BEGIN IMMEDIATE on SQLite, so two processes starting at
+once run each step once, and a failed step (a full disk, say) leaves the database at the
+version before it, intact.
+
+To change the schema: change the models (they describe the latest version, what a fresh
+database gets), then append one step to STEPS that makes the same change on a database of
+the version before it. A table the first step creates comes from today's models, so a
+step checks before it adds (the helpers below skip what is already there).
+"""
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from contextlib import contextmanager
+
+from peewee import Database, DatabaseError, SqliteDatabase
+
+from .errors import Unavailable
+from .models import ALL_MODELS, RunningInstance, ShadowRun, database
+
+log = logging.getLogger("qlshadow")
+
+VERSION_TABLE = "schema_version"
+PG_LOCK_KEY = 4460446  # pg_advisory_xact_lock key: one schema change at a time per database
+UPGRADE_WAIT_MS = 120_000  # another process's upgrade (a re-key copies the Run table) may be slow
+
+
+class SchemaError(Unavailable):
+    """The database's schema is not one this code can use or bring up to date."""
+
+
+# --- helpers for steps: each skips what is already there ------------------------------------
+
+def add_table(db: Database, model) -> None:
+    """Create the model's table with its indexes if the table is missing."""
+    db.create_tables([model], safe=True)
+
+
+def add_indexes(model) -> None:
+    """Create those of the model's declared indexes that are missing (by name)."""
+    model._schema.create_indexes(safe=True)
+
+
+def add_column(db: Database, model, field_name: str) -> None:
+    """Add the model's column if the table lacks it (nullable, or with a default)."""
+    from playhouse.migrate import SchemaMigrator, migrate
+    field = model._meta.fields[field_name]
+    table = model._meta.table_name
+    if field.column_name not in {c.name for c in db.get_columns(table)}:
+        migrate(SchemaMigrator.from_database(db).add_column(table, field.column_name, field))
+
+
+# --- the steps ------------------------------------------------------------------------------
+
+def _step_release_before_versions(db: Database) -> str | None:
+    """Version 1: the schema of the last release without a version, from any older one."""
+    done = None
+    if db.table_exists("shadow_runs") and \
+            db.get_primary_keys("shadow_runs") == ["project_id", "idempotency_key"]:
+        done = _rekey_runs(db)
+    for model in ALL_MODELS:
+        add_table(db, model)
+    add_indexes(RunningInstance)
+    add_indexes(ShadowRun)
+    return done
+
+
+def _rekey_runs(db: Database) -> str:
+    """Re-key an older shadow_runs by (accepted_at, id), keeping every row.
+
+    Older databases keyed it by (project_id, idempotency_key), with an (accepted_at, id)
+    index for the order that is now the key itself (models.ShadowRun).
+    """
+    if isinstance(db, SqliteDatabase):
+        # SQLite cannot change a table's key: the rows are copied into a new table, which
+        # needs as much free space again as the table while it runs.
+        columns = ", ".join(f'"{f.column_name}"' for f in ShadowRun._meta.sorted_fields)
+        db.execute_sql('ALTER TABLE "shadow_runs" RENAME TO "shadow_runs_old"')
+        for index in db.get_indexes("shadow_runs_old"):  # they moved with the table
+            if index.sql:  # not a key's own index, which goes with the table
+                db.execute_sql(f'DROP INDEX "{index.name}"')
+        db.create_tables([ShadowRun])
+        db.execute_sql(f'INSERT INTO "shadow_runs" ({columns}) '
+                       f'SELECT {columns} FROM "shadow_runs_old"')
+        db.execute_sql('DROP TABLE "shadow_runs_old"')
+    else:
+        db.execute_sql('ALTER TABLE "shadow_runs" DROP CONSTRAINT "shadow_runs_pkey", '
+                       'ADD PRIMARY KEY ("accepted_at", "id")')
+        db.execute_sql('DROP INDEX IF EXISTS "shadow_runs_accepted"')
+    rows = db.execute_sql('SELECT COUNT(*) FROM "shadow_runs"').fetchone()[0]
+    return f"shadow_runs re-keyed by (accepted_at, id), {rows} Runs kept"
+
+
+# (what the step does, in words that follow "cannot" in an error; the step). Step n brings
+# version n - 1 to version n and returns a line to log once it is committed, or None.
+# Append only: never reorder or edit a step that has shipped. Step 1 builds tables from
+# today's models: a later step that changes shadow_runs' columns must first give step 1 a
+# frozen copy of the version-1 Run table to re-key into.
+STEPS = (
+    ("re-key shadow_runs by (accepted_at, id)", _step_release_before_versions),
+)
+LATEST = len(STEPS)
+
+
+# --- start-up ---------------------------------------------------------------------------------
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def upgrade_schema(cause: Callable[[BaseException], str] = _first_line) -> str:
+    """Bring the bound database to the latest version (fresh: create and stamp it).
+
+    Returns the journal mode on SQLite ("wal" unless the filesystem refused it), "" otherwise.
+    Raises SchemaError, with one line that says why, when the version is newer than this
+    code's or a step fails; cause(error) words a failed step's error (db.failure_cause).
+    """
+    db = database.obj
+    sqlite = isinstance(db, SqliteDatabase)
+    ShadowRun._meta.without_rowid = sqlite
+    mode = ""
+    with db.connection_context():
+        if sqlite:
+            mode = db.execute_sql("PRAGMA journal_mode=wal").fetchone()[0].lower()
+        if _current(db) == LATEST and not _missing_tables(db):  # the usual start: no lock
+            return mode
+        if sqlite:
+            waited = db.execute_sql("PRAGMA busy_timeout").fetchone()[0]
+            db.execute_sql(f"PRAGMA busy_timeout = {max(waited, UPGRADE_WAIT_MS)}")
+        try:
+            _upgrade(db, cause)
+        finally:
+            if sqlite:
+                db.execute_sql(f"PRAGMA busy_timeout = {waited}")
+    return mode
+
+
+def check_version() -> None:
+    """Refuse a database whose schema is newer than this code (read-only opens)."""
+    db = database.obj
+    if not db.is_closed():  # a caller's open connection
+        _current(db)
+        return
+    with db.connection_context():
+        _current(db)
+
+
+def _current(db: Database) -> int | None:
+    """The stored version; 0 for a release before versions, None for an empty database."""
+    if db.table_exists(VERSION_TABLE):
+        version = db.execute_sql(f'SELECT "version" FROM "{VERSION_TABLE}"').fetchone()[0]
+    elif db.table_exists("crons"):
+        version = 0
+    else:
+        return None
+    if version > LATEST:
+        raise SchemaError(f"the database's schema is version {version}, newer than this "
+                          f"qlshadow's {LATEST}: run the release that wrote it, or a later one")
+    return version
+
+
+def _missing_tables(db: Database) -> list:
+    """The models' tables that a database at the latest version lacks."""
+    present = set(db.get_tables())
+    return [m._meta.table_name for m in ALL_MODELS if m._meta.table_name not in present]
+
+
+@contextmanager
+def _locked(db: Database):
+    """A write transaction that holds the schema lock until it ends."""
+    if isinstance(db, SqliteDatabase):
+        with db.atomic("IMMEDIATE"):
+            yield
+        return
+    with db.atomic():
+        db.execute_sql("SELECT pg_advisory_xact_lock(%s)", (PG_LOCK_KEY,))
+        yield
+
+
+def _upgrade(db: Database, cause: Callable[[BaseException], str]) -> None:
+    ran = 0
+    while True:
+        version, done = None, None
+        try:
+            with _locked(db):
+                # Read again under the lock: another process may have gone ahead meanwhile.
+                version = _current(db)
+                if version == LATEST:
+                    missing = _missing_tables(db)
+                    if missing:  # dropped by hand: made again empty, as `db init` promises
+                        db.create_tables([m for m in ALL_MODELS
+                                          if m._meta.table_name in missing])
+                        log.warning("missing table(s) created again: %s", ", ".join(missing))
+                    return
+                if version is None:
+                    db.create_tables(ALL_MODELS)
+                else:
+                    done = STEPS[version][1](db) or f"schema upgraded to version {version + 1}"
+                _stamp(db, LATEST if version is None else version + 1)
+        except DatabaseError as exc:  # the step, or the COMMIT (a full disk fails there)
+            what = ("create the tables" if version is None or version == LATEST
+                    else STEPS[version][0])
+            left = ("the database is unchanged" if ran == 0 else
+                    f"the database stays at schema version {version}")
+            raise SchemaError(f"cannot {what}: {cause(exc)}; {left}") from None
+        if version is None:
+            log.info("database created at schema version %d", LATEST)
+            return
+        ran += 1
+        log.warning("%s", done)  # a warning: it shows once, whichever command opened it
+
+
+def _stamp(db: Database, version: int) -> None:
+    """Write the version, in the transaction of the change it records."""
+    if db.table_exists(VERSION_TABLE):
+        db.execute_sql(f'UPDATE "{VERSION_TABLE}" SET "version" = {int(version)}')
+    else:
+        db.execute_sql(f'CREATE TABLE "{VERSION_TABLE}" ("version" INTEGER NOT NULL)')
+        db.execute_sql(f'INSERT INTO "{VERSION_TABLE}" ("version") VALUES ({int(version)})')
