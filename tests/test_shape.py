@@ -127,9 +127,23 @@ def test_every_open_route_but_the_token_exchange_declares_its_scope(app):
     assert undeclared == []
 
 
-def test_the_status_callback_accepts_a_crons_or_a_status_token(app):
-    view = app.view_functions["callback.status"]
-    assert view.required_scopes == {"crons", "status"}
+def test_the_status_callback_accepts_a_crons_or_a_status_token(client):
+    import time
+
+    from qlshadow import db
+    from qlshadow.auth import create_app_record, issue_token
+    from qlshadow.models import App
+
+    def token_with(scope: str) -> dict:
+        with db.database.connection_context(), db.write_transaction():
+            create_app_record(f"only-{scope}", [scope])
+            value, _ = issue_token(App.get(App.name == f"only-{scope}").id, int(time.time()))
+        return {"Authorization": f"Bearer {value}"}
+
+    body = {"ids": [1], "status": 1}
+    answers = {scope: client.put("/open/crons/status", json=body, headers=token_with(scope))
+               .status_code for scope in ("crons", "status", "runs", "metrics")}
+    assert answers == {"crons": 200, "status": 200, "runs": 403, "metrics": 403}
 
 
 # One integer parser: the same id text is valid (or not) on every path it comes in by.
