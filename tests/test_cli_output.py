@@ -266,15 +266,17 @@ def test_a_reader_that_leaves_early_ends_the_command_quietly(app, env, shell, tm
             crons.create({"name": f"job {n}", "command": "x" * 3500, "schedule": "@boot"})
     full = {k: v for k, v in os.environ.items() if not k.startswith(("QL_", "QL3_"))}
     full.update(env, PY=sys.executable)
-    script = ('{ "$PY" -m qlshadow.cli cron list 2>"$1"; echo $? >"$2"; } | head -1; '
+    script = ('{ "$PY" -m qlshadow.cli cron list --json 2>"$1"; echo $? >"$2"; } | head -1; '
+              '"$PY" -m qlshadow.cli cron list 2>>"$1" | head -1; '
               '"$PY" -m qlshadow.cli cron show 1 2>>"$1" | head -1')
     err, status = tmp_path / "err", tmp_path / "status"
 
     result = subprocess.run([*shell.split(), "-c", script, "sh", str(err), str(status)], env=full,
                             cwd=ROOT, capture_output=True, text=True, timeout=60)
 
-    first, second = result.stdout.splitlines()
-    assert (first.split()[:3], second.split()) == (["id", "name", "schedule"], ["id:", "1"])
+    opening, header, shown = result.stdout.splitlines()
+    assert (opening, header.split()[:3], shown.split()) == (
+        "[", ["id", "name", "schedule"], ["id:", "1"])
     assert err.read_text() == "" and result.stderr == ""
     assert status.read_text() == "141\n"  # as a command that SIGPIPE ended
 
