@@ -20,7 +20,7 @@ _MAX_TAIL = 4 * 1024 * 1024
 
 
 class LogUnavailable(Exception):
-    """The log cannot be read; str() is one sentence for the user (404 over HTTP)."""
+    """The log cannot be read; str() is one sentence for the user (the views answer NotFound)."""
 
 
 def _parts(log_dir: str, stored: str) -> list:

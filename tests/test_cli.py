@@ -298,7 +298,7 @@ def test_serve_on_a_busy_port_fails_in_one_line_naming_the_address(tmp_path):
 HELP = [[], ["serve"], ["db"], ["db", "init"], ["app"], ["app", "create"], ["token"],
         ["token", "system"], ["cron"], ["cron", "add"], ["cron", "list"], ["cron", "show"],
         ["cron", "rm"], ["cron", "run"], ["cron", "enable"], ["cron", "disable"], ["crontab"],
-        ["runs"], ["failures"]]
+        ["runs"], ["log"], ["accept-failures"], ["failures"]]
 
 
 @pytest.mark.parametrize("args", HELP, ids=lambda a: "-".join(a) or "qlshadow")
