@@ -206,8 +206,8 @@ def test_a_full_page_says_how_to_get_the_next_one(history, env):
 @ONE_BACKEND
 def test_runs_refuses_options_that_do_not_fit_the_table_in_one_line(app, env, args, words):
     result = run_cli(env, "runs", *args, check=False)
-    assert result.returncode == 1 and result.stderr.strip().splitlines() == [
-        f"qlshadow: {words}" + result.stderr.strip().split(words, 1)[1]]
+    (line,) = result.stderr.splitlines()
+    assert result.returncode == 1 and line.startswith(f"qlshadow: {words}")
 
 
 @ONE_BACKEND
