@@ -58,6 +58,7 @@ def _log_answer(owner: str, stored: str | None):
 @bp.route("/<run_id>/log", methods=["GET"])
 @requires_scope("runs")
 def run_log(run_id: str):
+    """The tail of a Run's task log: the file its own callbacks named."""
     run = reader.get_run(run_id) if reader.UUID_TEXT.fullmatch(run_id) else None
     if run is None:
         raise NotFound(f"Run {run_id} does not exist.")
@@ -65,7 +66,10 @@ def run_log(run_id: str):
 
 
 def instance_log(cron_id: int, instance_id: int):
+    """The tail of a Legacy instance's task log (registered below, under its cron's path)."""
     from ..models import RunningInstance
+    if cron_id > INT64_MAX or instance_id > INT64_MAX:  # no such row; SQLite cannot bind it
+        raise NotFound(f"Cron {cron_id} has no instance {instance_id}.")
     stored = (RunningInstance.select(RunningInstance.log_path)
               .where(RunningInstance.id == instance_id, RunningInstance.cron == cron_id)
               .tuples().get_or_none())
