@@ -21,7 +21,7 @@ from . import config, crons, crontab, db
 from .auth import (RUNNER_TOKEN_FILE, create_app_record, ensure_system_app, runner_token,
                    system_token)
 from .errors import QlError
-from .parse import parse_ids
+from .parse import INT64_MAX, parse_ids, to_int
 from .runner import start_manual
 from .shadow import RUN_STATES, reader
 from .textout import Column, duration, record, table, terminal_width, when
@@ -371,7 +371,7 @@ def cmd_runs(args) -> int:
         raise CliError(f"--state {args.state!r} is not a state of {kind}; use one of "
                        + ", ".join(states))
     if args.before is not None:
-        if legacy and not (args.before.isascii() and args.before.isdigit()):
+        if legacy and to_int(args.before, 1, INT64_MAX) is None:
             raise CliError("--before takes an instance id (a number) when instances are listed")
         if not legacy and not reader.UUID_TEXT.fullmatch(args.before):
             raise CliError("--before takes a run id (a lowercase UUID) when Runs are listed")
@@ -552,9 +552,11 @@ def cmd_prune(args) -> int:
 
 
 def _positive(text: str) -> int:
-    if not text.isdigit() or int(text) == 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer")
-    return int(text)
+    # Ids are int64 in both databases: a larger number names nothing and cannot be bound.
+    number = to_int(text, 1, INT64_MAX)
+    if number is None:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer (at most {INT64_MAX})")
+    return number
 
 
 def _count(text: str) -> int:

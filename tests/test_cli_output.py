@@ -348,3 +348,23 @@ def test_log_follow_prints_what_the_task_writes_until_it_has_finished(client, au
             follower.wait(10)
     assert (follower.returncode, err) == (0, "")
     assert out == "line 1\nline 2\nline 3\nlast line\n"
+
+
+@ONE_BACKEND
+@pytest.mark.parametrize("args", [("log", "--instance", str(2**64)), ("cron", "show", str(2**64)),
+                                  ("runs", "--cron", "0"), ("log", "--cron", "x")])
+def test_an_id_that_cannot_exist_is_a_usage_error_in_one_line(app, env, args):
+    result = run_cli(env, *args, check=False)
+    (line,) = result.stderr.splitlines()
+    assert result.returncode == 2 and "is not a positive integer" in line
+
+
+@ONE_BACKEND
+def test_log_of_an_unknown_run_instance_or_cron_says_so_in_one_line(app, env):
+    for args, words in ((("019ad20f-2800-7b96-9e03-1ff0f2a0435b",), "Run 019ad20f"),
+                        (("nope",), "Run nope does not exist"),
+                        (("--instance", "7"), "instance 7 does not exist"),
+                        (("--cron", "7"), "Cron 7 does not exist")):
+        result = run_cli(env, "log", *args, check=False)
+        (line,) = result.stderr.splitlines()
+        assert result.returncode == 1 and words in line, line
