@@ -476,21 +476,19 @@ def cmd_log(args) -> int:
                 return 0
             # It ends at the first look after the execution finished that finds nothing new:
             # task.sh writes its last line before the idle callback, so none is missed.
-            try:
-                while True:
-                    done = finished()
-                    fh.seek(offset)
-                    chunk = fh.read()
-                    if chunk:
-                        out.write(chunk)
-                        out.flush()
-                        offset += len(chunk)
-                    elif done:
-                        return 0
-                    else:
-                        time.sleep(FOLLOW_POLL)
-            except KeyboardInterrupt:
-                return 130
+            # Ctrl-C ends it too (main answers KeyboardInterrupt with exit 130).
+            while True:
+                done = finished()
+                fh.seek(offset)
+                chunk = fh.read()
+                if chunk:
+                    out.write(chunk)
+                    out.flush()
+                    offset += len(chunk)
+                elif done:
+                    return 0
+                else:
+                    time.sleep(FOLLOW_POLL)
 
 
 GATE_EXIT = {"pass": 0, "fail": 1, "insufficient": 3}
@@ -730,6 +728,8 @@ def main(argv=None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 128 + signal.SIGPIPE
+    except KeyboardInterrupt:
+        return 128 + signal.SIGINT  # Ctrl-C (ending `log -f`, say): no traceback
     except (config.ConfigError, CliError, QlError) as exc:
         print(f"qlshadow: {exc}", file=sys.stderr)
     except (DatabaseError, InterfaceError) as exc:

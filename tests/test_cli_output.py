@@ -368,3 +368,27 @@ def test_log_of_an_unknown_run_instance_or_cron_says_so_in_one_line(app, env):
         result = run_cli(env, "log", *args, check=False)
         (line,) = result.stderr.splitlines()
         assert result.returncode == 1 and words in line, line
+
+
+@ONE_BACKEND
+def test_log_follow_ends_quietly_on_ctrl_c(client, auth, make_cron, env, settings):
+    import signal
+    cron_id = make_cron()["id"]
+    path = os.path.join(settings.log_dir, "c", "0.log")
+    os.makedirs(os.path.dirname(path))
+    with open(path, "w") as fh:
+        fh.write("started\n")
+    execute(client, auth, cron_id, SECONDS, None)  # still running: -f would go on
+    full = {k: v for k, v in os.environ.items() if not k.startswith(("QL_", "QL3_"))}
+    follower = subprocess.Popen([sys.executable, "-m", "qlshadow.cli", "log", "--cron",
+                                 str(cron_id), "-f"], env={**full, **env}, cwd=ROOT,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert follower.stdout.readline() == "started\n"
+        follower.send_signal(signal.SIGINT)
+        out, err = follower.communicate(timeout=60)
+    finally:
+        if follower.poll() is None:
+            follower.kill()
+            follower.wait(10)
+    assert (follower.returncode, out, err) == (130, "", "")
