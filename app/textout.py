@@ -40,7 +40,7 @@ def _cut(text: str, width: int) -> str:
             break
         out.append(ch)
         used += cells
-    return "".join(out) + "~"
+    return "".join(out).rstrip() + "~"
 
 
 def _pad(text: str, width: int, right: bool) -> str:
