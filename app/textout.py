@@ -115,11 +115,3 @@ def duration(seconds: int | None) -> str:
         return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
     return f"{seconds // 86400}d{seconds % 86400 // 3600:02d}h"
 
-
-def size(nbytes: int) -> str:
-    """A byte count in B, KiB or MiB."""
-    if nbytes < 1024:
-        return f"{nbytes} B"
-    if nbytes < 1024 * 1024:
-        return f"{nbytes / 1024:.1f} KiB"
-    return f"{nbytes / (1024 * 1024):.1f} MiB"

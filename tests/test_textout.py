@@ -1,11 +1,11 @@
-"""The CLI's one table formatter and its time, duration and size text (qlshadow.textout)."""
+"""The CLI's one table formatter and its time and duration text (qlshadow.textout)."""
 from __future__ import annotations
 
 import time
 
 import pytest
 
-from qlshadow.textout import Column, display_width, duration, record, size, table, when
+from qlshadow.textout import Column, display_width, duration, record, table, when
 
 RUN_ID = "01a22ef8-7ab0-7788-b517-c8063fc6e436"
 COLUMNS = [Column("run"), Column("cron", right=True), Column("name", shrink=True)]
@@ -47,11 +47,6 @@ def test_a_record_aligns_its_labels():
                                            (7380, "2h03m"), (273600, "3d04h"), (-5, "0s")])
 def test_durations(seconds, text):
     assert duration(seconds) == text
-
-
-def test_sizes():
-    assert [size(n) for n in (0, 1023, 1536, 3 * 1024 * 1024)] == [
-        "0 B", "1023 B", "1.5 KiB", "3.0 MiB"]
 
 
 def test_times_are_local_with_the_zone_named_or_utc(monkeypatch):
