@@ -223,14 +223,18 @@ CRON_STATES = {0: "running", 1: "idle", 2: "disabled", 3: "queued"}
 
 
 def _cron_state(cron: dict) -> str:
-    return "disabled" if cron["isDisabled"] else CRON_STATES.get(cron["status"], str(cron["status"]))
+    if cron["isDisabled"]:
+        return "disabled"
+    return CRON_STATES.get(cron["status"], str(cron["status"]))
 
 
 def _cron_names(cron_ids) -> dict:
     """{cron id: name} of the crons with these ids, as stored now."""
     from .models import Cron
     wanted = list(set(cron_ids))
-    return dict(Cron.select(Cron.id, Cron.name).where(Cron.id.in_(wanted)).tuples()) if wanted else {}
+    if not wanted:
+        return {}
+    return dict(Cron.select(Cron.id, Cron.name).where(Cron.id.in_(wanted)).tuples())
 
 
 def _named(ids) -> str:
@@ -553,7 +557,8 @@ def _positive(text: str) -> int:
     # Ids are int64 in both databases: a larger number names nothing and cannot be bound.
     number = to_int(text, 1, INT64_MAX)
     if number is None:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer (at most {INT64_MAX})")
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a positive integer (at most {INT64_MAX})")
     return number
 
 

@@ -50,7 +50,8 @@ def open_log(log_dir: str, stored: str):
     try:
         fd = os.open(root, flags | os.O_DIRECTORY)
     except FileNotFoundError:
-        raise LogUnavailable("its log is gone (pruned or deleted): there is no log directory.") from None
+        raise LogUnavailable("its log is gone (pruned or deleted): there is no log "
+                             "directory.") from None
     try:
         for part in parts[:-1]:
             parent, fd = fd, os.open(part, flags | os.O_DIRECTORY, dir_fd=fd)
@@ -64,7 +65,8 @@ def open_log(log_dir: str, stored: str):
     except OSError:
         # ELOOP (a symlink under O_NOFOLLOW), ENOTDIR, EACCES: nothing we may read.
         os.close(fd)
-        raise LogUnavailable("its stored log path is not a readable file in the log directory.") from None
+        raise LogUnavailable("its stored log path is not a readable file in the log "
+                             "directory.") from None
     real = os.path.realpath(os.path.join(root, *parts))
     if not stat.S_ISREG(os.fstat(fd).st_mode) or not real.startswith(root.rstrip("/") + "/"):
         os.close(fd)

@@ -99,7 +99,8 @@ def when(seconds: int | None, utc: bool = False) -> str:
         moment = time.gmtime(seconds) if utc else time.localtime(seconds)
     except (OverflowError, OSError, ValueError):  # beyond what this platform's time_t holds
         return str(seconds)
-    return time.strftime("%Y-%m-%d %H:%M:%S ", moment) + ("UTC" if utc else time.strftime("%Z", moment))
+    zone = "UTC" if utc else time.strftime("%Z", moment)
+    return time.strftime("%Y-%m-%d %H:%M:%S ", moment) + zone
 
 
 def duration(seconds: int | None) -> str:

@@ -31,18 +31,19 @@ def _named(option: str) -> str:
 
 
 def parse_duration(text: str, option: str = "") -> int:
-    """Seconds of `90`, `30m`, `24h`, `7d` or `2w`; TimeError (naming option if given) otherwise."""
+    """Seconds of `90`, `30m`, `24h`, `7d` or `2w`, else TimeError (naming option)."""
     text = text.strip()
     if text.isascii() and text.isdigit() and len(text) <= 10:
         return int(text)
     match = _AGE.fullmatch(text)
     if not match:
-        raise TimeError(f"{_named(option)}{text!r} is not a duration; use seconds or 30m, 24h, 7d, 2w.")
+        raise TimeError(f"{_named(option)}{text!r} is not a duration; "
+                        "use seconds or 30m, 24h, 7d, 2w.")
     return int(match.group(1)) * UNIT_SECONDS[match.group(2)]
 
 
 def parse_time(text: str, option: str = "", now: float | None = None) -> int:
-    """Epoch seconds of a time as the module describes; TimeError (naming option if given) otherwise."""
+    """Epoch seconds of a time as the module describes, else TimeError (naming option)."""
     now = time.time() if now is None else now
     raw = text.strip()
     word = raw.lower()

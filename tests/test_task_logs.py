@@ -106,12 +106,13 @@ def test_unknown_runs_and_instances_and_other_crons_instances_are_404(client, au
     write_log(settings, "c/a.log", b"a\n")
     _, instance = start(client, auth, first, "c/a.log")
 
-    for path, words in ((f"/open/runs/019ad20f-2800-7b96-9e03-1ff0f2a0435b/log", "does not exist"),
+    for path, words in (("/open/runs/019ad20f-2800-7b96-9e03-1ff0f2a0435b/log", "does not exist"),
                         ("/open/runs/nope/log", "does not exist"),
                         (f"/open/crons/{first}/instances/999999/log", "has no instance"),
                         (f"/open/crons/{first}/instances/{2**64}/log", "has no instance"),
                         (f"/open/crons/{2**64}/instances/{instance['id']}/log", "has no instance"),
-                        (f"/open/crons/{second}/instances/{instance['id']}/log", "has no instance")):
+                        (f"/open/crons/{second}/instances/{instance['id']}/log",
+                         "has no instance")):
         status, body = get(client, auth, path)
         assert status == 404 and words in body["message"], (path, body)
 
