@@ -1,7 +1,9 @@
-"""The qlshadow command: serve, db init, app, token, cron, crontab, runs, failures, reconcile,
-prune.
+"""The qlshadow command: serve, db init, app, token, cron, crontab, runs, log, reconcile,
+prune, notify, accept-failures.
 
-Every command prints one clear line on stderr and exits non-zero when it fails.
+Every command prints one clear line on stderr and exits non-zero when it fails. Data
+commands print a table for people (times in the box's local time, --utc for UTC) and
+--json for scripts; commands that change something say what they did in one line.
 """
 from __future__ import annotations
 
@@ -19,9 +21,10 @@ from . import config, crons, crontab, db
 from .auth import (RUNNER_TOKEN_FILE, create_app_record, ensure_system_app, runner_token,
                    system_token)
 from .errors import QlError
-from .parse import parse_ids
+from .parse import INT64_MAX, parse_ids, to_int
 from .runner import start_manual
-from .shadow import reader
+from .shadow import RUN_STATES, reader
+from .textout import Column, duration, record, table, terminal_width, when
 
 
 class CliError(Exception):
@@ -226,27 +229,105 @@ def _existing(ids: list, change):
     return apply
 
 
+# Cron.status codes as words; a disabled cron says so whatever its last status was.
+CRON_STATES = {0: "running", 1: "idle", 2: "disabled", 3: "queued"}
+
+
+def _cron_state(cron: dict) -> str:
+    if cron["isDisabled"]:
+        return "disabled"
+    return CRON_STATES.get(cron["status"], str(cron["status"]))
+
+
+def _cron_names(cron_ids) -> dict:
+    """{cron id: name} of the crons with these ids, as stored now."""
+    from .models import Cron
+    wanted = list(set(cron_ids))
+    if not wanted:
+        return {}
+    return dict(Cron.select(Cron.id, Cron.name).where(Cron.id.in_(wanted)).tuples())
+
+
+def _named(ids) -> str:
+    """'cron 1 (backup), cron 2 (sync)' for these ids."""
+    names = _cron_names(ids)
+    return ", ".join(f"cron {i} ({names[i]})" if i in names else f"cron {i}" for i in ids)
+
+
+def _cron_table(listed: list, utc: bool) -> str:
+    columns = [Column("id", right=True), Column("name", shrink=True), Column("schedule"),
+               Column("state"), Column("last run"), Column("took", right=True),
+               Column("command", shrink=True)]
+    rows = [[c["id"], c["name"], c["schedule"], _cron_state(c),
+             when(c["last_execution_time"], utc) if c["last_execution_time"] else None,
+             duration(c["last_running_time"]) if c["last_execution_time"] else None,
+             c["command"]] for c in listed]
+    return table(columns, rows, terminal_width())
+
+
+def _cron_record(c: dict, utc: bool) -> str:
+    extra = ", ".join(e["schedule"] for e in c["extra_schedules"] or [])
+    last = c["last_execution_time"]
+    return record([
+        ("id", c["id"]), ("name", c["name"]), ("command", c["command"]),
+        ("schedule", c["schedule"] + (f" (also {extra})" if extra else "")),
+        ("state", _cron_state(c)), ("last run", when(last, utc) if last else None),
+        ("took", duration(c["last_running_time"]) if last else None),
+        ("pid", c["pid"]), ("log", c["log_path"]), ("work_dir", c["work_dir"]),
+        ("task_before", c["task_before"]), ("task_after", c["task_after"]),
+        ("log_name", c["log_name"]),
+        ("instances", "several at once" if c["allow_multiple_instances"] else "one at a time"),
+        ("created", when(c["createdAt"], utc)), ("updated", when(c["updatedAt"], utc)),
+    ]) + f"its latest log: qlshadow log --cron {c['id']}\n"
+
+
 def cmd_cron(args) -> int:
+    """cron add|list|show|rm|enable|disable|run: one line saying what was done, or the data."""
     if args.cron_cmd == "add":
         data = {"name": args.name or args.command, "command": args.command,
                 "schedule": args.schedule}
-        _print_json(_change(args, lambda settings, planned: crons.create(
-            data, settings, planned and planned["id"])))
+        cron = _change(args, lambda settings, planned: crons.create(
+            data, settings, planned and planned["id"]))
+        if args.json:
+            _print_json(cron)
+        else:
+            print(f"added cron {cron['id']} ({cron['name']}) at {cron['schedule']}")
     elif args.cron_cmd == "list":
-        _print_json(_read(args, crons.listing, 1, 10**6)["data"])
+        listed = _read(args, crons.listing, 1, 10**6)["data"]
+        if args.json:
+            _print_json(listed)
+        elif not listed:
+            print("no crons yet: add one with `qlshadow cron add SCHEDULE COMMAND`")
+        else:
+            sys.stdout.write(_cron_table(listed, args.utc))
     elif args.cron_cmd == "show":
-        _print_json(_read(args, crons.get, args.id))
-    elif args.cron_cmd == "rm":
+        cron = _read(args, crons.get, args.id)
+        if args.json:
+            _print_json(cron)
+        else:
+            sys.stdout.write(_cron_record(cron, args.utc))
+    elif args.cron_cmd in ("rm", "enable", "disable"):
+        def change(ids):
+            named = _named(ids)  # read before the rows go
+            if args.cron_cmd == "rm":
+                crons.delete(ids)
+            else:
+                crons.set_disabled(ids, args.cron_cmd == "disable")
+            return named
         ids = parse_ids(args.ids, "ID")
-        _change(args, lambda settings, planned: _existing(ids, crons.delete)())
-    elif args.cron_cmd in ("enable", "disable"):
-        ids, disable = parse_ids(args.ids, "ID"), args.cron_cmd == "disable"
-        _change(args, lambda settings, planned: _existing(ids, crons.set_disabled)(disable))
+        named = _change(args, lambda settings, planned: _existing(ids, change)())
+        print({"rm": "deleted", "enable": "enabled", "disable": "disabled"}[args.cron_cmd], named)
     elif args.cron_cmd == "run":
         # Starts a detached run outside any transaction (it only reads the cron).
         settings, database = _open(args, create=False)
         with database.connection_context():
-            _print_json(start_manual(settings, [args.id]))
+            started = start_manual(settings, [args.id])
+            named = _named(started)
+        if args.json:
+            _print_json(started)
+        else:
+            # task.sh names the file when it starts: the log command finds it then.
+            print(f"started {named} as a manual run; its log: qlshadow log --cron {args.id} -f")
     return 0
 
 
@@ -271,14 +352,167 @@ def cmd_crontab(args) -> int:
     return 0
 
 
+# RunningInstance.status codes as words (3: exited with a non-zero code), in code order.
+INSTANCE_STATES = ("running", "finished", "stopped", "failed")
+
+
+def _took(start, end) -> str | None:
+    return duration(end - start) if start is not None and end is not None else None
+
+
+def _runs_table(listed: list, names: dict, utc: bool) -> str:
+    columns = [Column("run"), Column("cron", right=True), Column("name", shrink=True),
+               Column("started"), Column("state"), Column("exit", right=True),
+               Column("took", right=True)]
+    rows = [[r["id"], r["cron_id"], names.get(r["cron_id"]), when(r["accepted_at"], utc),
+             r["state"], r["exit_code"],
+             _took(r["attempt"]["started_at"] or r["accepted_at"], r["finished_at"])]
+            for r in listed]
+    return table(columns, rows, terminal_width())
+
+
+def _instance_state(code: int) -> str:
+    return INSTANCE_STATES[code] if 0 <= code < len(INSTANCE_STATES) else str(code)
+
+
+def _instances_table(listed: list, names: dict, utc: bool) -> str:
+    columns = [Column("instance", right=True), Column("cron", right=True),
+               Column("name", shrink=True), Column("started"), Column("state"),
+               Column("exit", right=True), Column("took", right=True)]
+    rows = [[r["id"], r["cron_id"], names.get(r["cron_id"]), when(r["started_at"], utc),
+             _instance_state(r["status"]), r["exit_code"], _took(r["started_at"], r["finished_at"])]
+            for r in listed]
+    return table(columns, rows, terminal_width())
+
+
 def cmd_runs(args) -> int:
-    _print_json(_read(args, reader.list_runs, args.cron, None, args.limit, None))
+    """Executions newest first: Shadow Runs when Shadow is on, else (or --legacy) instances."""
+    settings = _settings(args)
+    legacy = args.legacy or not settings.shadow_on
+    states = INSTANCE_STATES if legacy else RUN_STATES
+    kind = "Legacy instances" if legacy else "Shadow Runs"
+    if args.state is not None and args.state not in states:
+        raise CliError(f"--state {args.state!r} is not a state of {kind}; use one of "
+                       + ", ".join(states))
+    if args.before is not None:
+        if legacy and to_int(args.before, 1, INT64_MAX) is None:
+            raise CliError("--before takes an instance id (a number) when instances are listed")
+        if not legacy and not reader.UUID_TEXT.fullmatch(args.before):
+            raise CliError("--before takes a run id (a lowercase UUID) when Runs are listed")
+    _, database = _open(args, create=False)
+    with database.connection_context():
+        if legacy:
+            state = "failed" if args.failed else args.state
+            listed = crons.list_instances(
+                args.cron, None if state is None else INSTANCE_STATES.index(state), args.limit,
+                None if args.before is None else int(args.before), args.since, args.until)
+        else:
+            listed = reader.list_runs(args.cron, args.state, args.limit, args.before,
+                                      since=args.since, until=args.until, failed=args.failed)
+        names = {} if args.json else _cron_names(r["cron_id"] for r in listed)
+    if args.json:
+        _print_json(listed)
+        return 0
+    if not listed:
+        hint = "" if legacy else " (manual runs are Legacy instances only: add --legacy)"
+        print(f"no {'failed ' if args.failed else ''}{kind} match{hint}")
+        return 0
+    sys.stdout.write((_instances_table if legacy else _runs_table)(listed, names, args.utc))
+    if len(listed) == args.limit:
+        print(f"more: add --before {listed[-1]['id']}")
     return 0
 
 
-def cmd_failures(args) -> int:
-    _print_json(_read(args, reader.list_failures, args.limit, None))
+def cmd_accept_failures(args) -> int:
+    """Shadow admissions that were refused or failed (failed jobs are `runs --failed`)."""
+    if args.command == "failures":
+        print("qlshadow: 'failures' is the old name of 'accept-failures'", file=sys.stderr)
+    listed = _read(args, reader.list_failures, args.limit, args.before)
+    if args.json:
+        _print_json(listed)
+    elif not listed:
+        print("no Shadow accept failures (failed jobs: qlshadow runs --failed)")
+    else:
+        columns = [Column("id", right=True), Column("at"), Column("reason"),
+                   Column("cron", right=True), Column("detail", shrink=True)]
+        rows = [[f["id"], when(f["at"], args.utc), f["reason"], f["cron_id"], f["detail"]]
+                for f in listed]
+        sys.stdout.write(table(columns, rows, terminal_width()))
     return 0
+
+
+def _log_source(args) -> tuple:
+    """(what, stored log path, finished() -> bool) of the execution the options name."""
+    from .models import Cron, RunningInstance, ShadowRun
+    if args.run_id is not None:
+        run = reader.get_run(args.run_id) if reader.UUID_TEXT.fullmatch(args.run_id) else None
+        if run is None:
+            raise CliError(f"Run {args.run_id} does not exist")
+        key = (ShadowRun.accepted_at == run["accepted_at"]) & (ShadowRun.id == run["id"])
+
+        def run_finished() -> bool:
+            row = ShadowRun.select(ShadowRun.state).where(key).tuples().get_or_none()
+            return row is None or row[0] == "exited"
+        return f"Run {run['id']}", run["attempt"]["log_path"], run_finished
+    if args.instance is not None:
+        instance = RunningInstance.get_or_none(RunningInstance.id == args.instance)
+        if instance is None:
+            raise CliError(f"instance {args.instance} does not exist")
+    else:
+        crons.get(args.cron)
+        instance = (RunningInstance.select().where(RunningInstance.cron == args.cron)
+                    .order_by(RunningInstance.id.desc()).first())
+        if instance is None:  # its instances were pruned: the cron keeps its last log path
+            return f"cron {args.cron}", Cron.get_by_id(args.cron).log_path, lambda: True
+    instance_id = instance.id
+
+    def instance_finished() -> bool:
+        row = (RunningInstance.select(RunningInstance.status)
+               .where(RunningInstance.id == instance_id).tuples().get_or_none())
+        return row is None or row[0] != 0
+    return f"instance {instance_id}", instance.log_path, instance_finished
+
+
+# Seconds between two looks at a followed log and its execution's state.
+FOLLOW_POLL = 0.5
+
+
+def cmd_log(args) -> int:
+    """The last lines of an execution's task log; with -f, what it writes until it finishes."""
+    import time
+
+    from . import logs
+    settings, database = _open(args, create=False)
+    with database.connection_context():
+        what, stored, finished = _log_source(args)
+        if not stored:
+            raise CliError(f"{what} has no log: its callbacks named none")
+        try:
+            fh = logs.open_log(settings.log_dir, stored)
+        except logs.LogUnavailable as exc:
+            raise CliError(f"{what}: {exc}") from None
+        with fh:
+            text, offset = logs.tail_lines(fh, args.lines)
+            out = sys.stdout.buffer
+            out.write(text)
+            out.flush()
+            if not args.follow:
+                return 0
+            # It ends at the first look after the execution finished that finds nothing new:
+            # task.sh writes its last line before the idle callback, so none is missed.
+            # Ctrl-C ends it too (main answers KeyboardInterrupt with exit 130).
+            while True:
+                done = finished()
+                fh.seek(offset)
+                chunk = fh.read()
+                if chunk:
+                    out.write(chunk)
+                    out.flush()
+                    offset += len(chunk)
+                elif done:
+                    return 0
+                else:
+                    time.sleep(FOLLOW_POLL)
 
 
 GATE_EXIT = {"pass": 0, "fail": 1, "insufficient": 3}
@@ -340,15 +574,43 @@ def cmd_prune(args) -> int:
 
 
 def _positive(text: str) -> int:
-    if not text.isdigit() or int(text) == 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer")
-    return int(text)
+    # Ids are int64 in both databases: a larger number names nothing and cannot be bound.
+    number = to_int(text, 1, INT64_MAX)
+    if number is None:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a positive integer (at most {INT64_MAX})")
+    return number
 
 
-def _seconds(text: str) -> int:
+def _count(text: str) -> int:
     if not text.isascii() or not text.isdigit():
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of seconds")
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number")
     return int(text)
+
+
+def _time(text: str) -> int:
+    """A time option's value (timeparse.parse_time); argparse names the option."""
+    from .timeparse import TimeError, parse_time
+    try:
+        return parse_time(text)
+    except TimeError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _duration(text: str) -> int:
+    from .timeparse import TimeError, parse_duration
+    try:
+        return parse_duration(text)
+    except TimeError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _output_options(p, json_help: str = "print JSON for scripts, not a table") -> None:
+    p.add_argument("--json", action="store_true", help=json_help)
+    p.add_argument("--utc", action="store_true", help="show times in UTC, not the box's local time")
+
+
+TIME_HELP = "24h, 7d, 30m, 2026-11-30[T04:00], today, yesterday or epoch seconds"
 
 
 class _Parser(argparse.ArgumentParser):
@@ -394,15 +656,19 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("schedule", help="5 or 6 cron fields, @once or @boot")
     q.add_argument("command", help="the task command")
     q.add_argument("--name", help="display name (default: the command)")
-    cronsub.add_parser("list", help="list crons, newest first")
+    q.add_argument("--json", action="store_true", help="print the new cron as JSON")
+    q = cronsub.add_parser("list", help="list crons, newest first")
+    _output_options(q)
     q = cronsub.add_parser("show", help="show one cron")
     q.add_argument("id", type=_positive)
+    _output_options(q)
     for name, text in (("rm", "delete crons"), ("enable", "enable crons"),
                        ("disable", "disable crons")):
         q = cronsub.add_parser(name, help=text)
         q.add_argument("ids", type=_positive, nargs="+", metavar="ID")
     q = cronsub.add_parser("run", help="run a cron now, detached (a manual run)")
     q.add_argument("id", type=_positive)
+    q.add_argument("--json", action="store_true", help="print the started ids as JSON")
 
     p = sub.add_parser("crontab", help="render qlshadow's block and install it in the crontab "
                        "(system mode)")
@@ -412,20 +678,44 @@ def build_parser() -> argparse.ArgumentParser:
                       "crontab, keeping every other line")
     p.set_defaults(func=cmd_crontab)
 
-    p = sub.add_parser("runs", help="list Shadow Runs, newest first")
-    p.add_argument("--cron", type=_positive, metavar="ID", help="only runs of this cron")
-    p.add_argument("--limit", type=_positive, default=50)
+    p = sub.add_parser("runs", help="list executions newest first: Shadow Runs, or Legacy "
+                       "instances when Shadow is off (or with --legacy)")
+    p.add_argument("--failed", action="store_true",
+                   help="only executions that exited with a non-zero exit code")
+    p.add_argument("--state", help="only this state: accepted, spawned, running, exited "
+                   "(Runs); running, finished, stopped, failed (instances)")
+    p.add_argument("--since", type=_time, metavar="TIME", help="started at or after: " + TIME_HELP)
+    p.add_argument("--until", type=_time, metavar="TIME", help="started before this time")
+    p.add_argument("--cron", type=_positive, metavar="ID", help="only executions of this cron")
+    p.add_argument("--limit", type=_positive, default=50, help="at most this many (default 50)")
+    p.add_argument("--before", metavar="ID", help="the next page: executions older than this "
+                   "run id (or instance id), as the last line of a full page says")
+    p.add_argument("--legacy", action="store_true",
+                   help="list Legacy instances (every execution, manual runs too)")
+    _output_options(p)
     p.set_defaults(func=cmd_runs)
+
+    p = sub.add_parser("log", help="print the end of an execution's task log (-f: follow it)")
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument("run_id", nargs="?", metavar="RUN_ID", help="a Shadow Run's id")
+    which.add_argument("--instance", type=_positive, metavar="N", help="a Legacy instance's id")
+    which.add_argument("--cron", type=_positive, metavar="ID", help="this cron's latest execution")
+    p.add_argument("-n", "--lines", type=_count, default=50, metavar="N",
+                   help="how many last lines (default 50)")
+    p.add_argument("-f", "--follow", action="store_true",
+                   help="keep printing what it writes until the execution has finished")
+    p.set_defaults(func=cmd_log)
 
     p = sub.add_parser("reconcile", help="the reconciliation gate: do Shadow Runs match crond? "
                        "(exit 0 pass, 1 fail, 3 insufficient)")
-    p.add_argument("--since", type=_seconds, metavar="S", help="window start, epoch seconds "
-                   "(default: 7 days before --until)")
-    p.add_argument("--until", type=_seconds, metavar="U", help="window end, epoch seconds, "
-                   "excluded (default: now)")
+    p.add_argument("--since", type=_time, metavar="TIME", help="window start: " + TIME_HELP
+                   + " (default: 7 days before --until)")
+    p.add_argument("--until", type=_time, metavar="TIME", help="window end, excluded "
+                   "(default: now)")
     p.add_argument("--cron", type=_positive, metavar="ID", help="only this cron")
-    p.add_argument("--stuck-after", type=_seconds, default=3600, metavar="SECONDS",
-                   help="a Run still running after this long counts as stuck (default 3600)")
+    p.add_argument("--stuck-after", type=_duration, default=3600, metavar="DURATION",
+                   help="a Run still running after this long counts as stuck: seconds, 30m, "
+                   "2h (default 3600)")
     p.add_argument("--json", action="store_true", help="print the JSON document, not a table")
     p.set_defaults(func=cmd_reconcile)
     p = sub.add_parser("prune", help="delete old Runs, instances, tokens and task logs now "
@@ -438,9 +728,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help="send a test message through every configured channel")
     p.set_defaults(func=cmd_notify)
 
-    p = sub.add_parser("failures", help="list Shadow accept failures, newest first")
-    p.add_argument("--limit", type=_positive, default=50)
-    p.set_defaults(func=cmd_failures)
+    for name in ("accept-failures", "failures"):
+        # "failures" is the old name: it still works and says so on stderr.
+        listed = {"help": "list Shadow accept failures (refused admissions, not failed jobs: "
+                  "see runs --failed), newest first"} if name == "accept-failures" else {}
+        p = sub.add_parser(name, **listed)
+        p.add_argument("--limit", type=_positive, default=50)
+        p.add_argument("--before", type=_positive, metavar="ID",
+                       help="the next page: failures older than this id")
+        _output_options(p)
+        p.set_defaults(func=cmd_accept_failures)
     return parser
 
 
@@ -450,7 +747,18 @@ def main(argv=None) -> int:
     os.umask(0o077)
     args = build_parser().parse_args(argv)
     try:
-        return args.func(args)
+        status = args.func(args)
+        sys.stdout.flush()  # here, where a closed pipe can still be caught
+        return status
+    except BrokenPipeError:
+        # The reader left (`qlshadow runs | head -1`): stop quietly, as the signal module's
+        # note on SIGPIPE shows: point stdout at /dev/null so that the flush at exit cannot
+        # fail again, and exit as a command killed by SIGPIPE would (128 + 13).
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 128 + signal.SIGPIPE
+    except KeyboardInterrupt:
+        return 128 + signal.SIGINT  # Ctrl-C (ending `log -f`, say): no traceback
     except (config.ConfigError, CliError, QlError) as exc:
         print(f"qlshadow: {exc}", file=sys.stderr)
     except (DatabaseError, InterfaceError) as exc:

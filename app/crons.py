@@ -185,8 +185,28 @@ def to_json(row: dict) -> dict:
 def instances(cron_id: int, limit: int) -> list:
     """A cron's Legacy instances, newest first."""
     get(cron_id)
-    rows = (RunningInstance.select().where(RunningInstance.cron == cron_id)
-            .order_by(RunningInstance.id.desc()).limit(limit).dicts())
+    return list_instances(cron_id, None, limit, None)
+
+
+def list_instances(cron_id: int | None, status: int | None, limit: int, before: int | None,
+                   since: int | None = None, until: int | None = None) -> list:
+    """Legacy instances of every cron (or one), newest first; before= (an instance id) pages on.
+
+    since/until bound started_at (until excluded); status keeps one RunningInstance status
+    (INSTANCE_ERROR: finished with a non-zero exit code).
+    """
+    query = RunningInstance.select()
+    if cron_id is not None:
+        query = query.where(RunningInstance.cron == cron_id)
+    if status is not None:
+        query = query.where(RunningInstance.status == status)
+    if before is not None:
+        query = query.where(RunningInstance.id < before)
+    if since is not None:
+        query = query.where(RunningInstance.started_at >= since)
+    if until is not None:
+        query = query.where(RunningInstance.started_at < until)
+    rows = query.order_by(RunningInstance.id.desc()).limit(limit).dicts()
     return [{"id": r["id"], "cron_id": r["cron"], "pid": r["pid"], "log_path": r["log_path"],
              "started_at": r["started_at"], "finished_at": r["finished_at"],
              "status": r["status"], "exit_code": r["exit_code"]} for r in rows]

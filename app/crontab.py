@@ -648,7 +648,8 @@ def change(settings, apply: Callable[[Any], T]) -> tuple[T, str]:
                     raise _DryRun(apply(None), _crons())
             except _DryRun as dry:
                 planned, rows = dry.result, dry.rows
-            # After the dry run: a refused change (400, 404) writes nothing, no token either.
+            # After the dry run: a refused change (invalid input, an unknown cron) writes nothing,
+            # not even the runner token.
             prepare_runner(settings)
             content, active = render_rows(settings, rows)
             outcome = _put(settings, content, active)

@@ -200,7 +200,7 @@ def test_token_system_on_a_fresh_database_creates_the_schema_and_the_token(env, 
 
 def test_cron_add_creates_a_cron_and_prints_it(app, client, auth):
     result = run_cli(cli_env(app.extensions["qlshadow"]), "cron", "add", "*/5 * * * *",
-                     "task backup.sh", "--name", "backup")
+                     "task backup.sh", "--name", "backup", "--json")
 
     printed = json.loads(result.stdout)
     shown = client.get(f"/open/crons/{printed['id']}", headers=auth).get_json()["data"]
@@ -225,7 +225,7 @@ def test_cron_add_refuses_a_bad_schedule_in_one_line(app):
 def test_cron_list_prints_the_crons_newest_first(app, make_cron):
     ids = [make_cron(name=f"job{n}")["id"] for n in range(3)]
 
-    result = run_cli(cli_env(app.extensions["qlshadow"]), "cron", "list")
+    result = run_cli(cli_env(app.extensions["qlshadow"]), "cron", "list", "--json")
 
     assert [c["id"] for c in json.loads(result.stdout)] == ids[::-1]
 
@@ -233,7 +233,7 @@ def test_cron_list_prints_the_crons_newest_first(app, make_cron):
 def test_cron_show_prints_one_cron(app, make_cron):
     cron = make_cron(name="shown")
 
-    result = run_cli(cli_env(app.extensions["qlshadow"]), "cron", "show", str(cron["id"]))
+    result = run_cli(cli_env(app.extensions["qlshadow"]), "cron", "show", str(cron["id"]), "--json")
 
     assert json.loads(result.stdout) == cron
 
@@ -298,7 +298,7 @@ def test_serve_on_a_busy_port_fails_in_one_line_naming_the_address(tmp_path):
 HELP = [[], ["serve"], ["db"], ["db", "init"], ["app"], ["app", "create"], ["token"],
         ["token", "system"], ["cron"], ["cron", "add"], ["cron", "list"], ["cron", "show"],
         ["cron", "rm"], ["cron", "run"], ["cron", "enable"], ["cron", "disable"], ["crontab"],
-        ["runs"], ["failures"]]
+        ["runs"], ["log"], ["accept-failures"], ["failures"]]
 
 
 @pytest.mark.parametrize("args", HELP, ids=lambda a: "-".join(a) or "qlshadow")

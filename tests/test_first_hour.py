@@ -97,7 +97,7 @@ def test_cron_disable_of_a_missing_cron_changes_nothing_and_exits_1(app, make_cr
     cron = make_cron()
     env = cli_env(app.extensions["qlshadow"])
     _one_error_line(run_cli(env, "cron", "disable", str(cron["id"]), "99", check=False))
-    shown = run_cli(env, "cron", "show", str(cron["id"]))
+    shown = run_cli(env, "cron", "show", str(cron["id"]), "--json")
     assert '"isDisabled": 0' in shown.stdout
 
 
@@ -125,7 +125,7 @@ def test_read_only_commands_answer_while_another_process_holds_the_write_lock(ap
     try:
         # A command that waited for the lock would fail after QL_DB_TIMEOUT (SQLite) or
         # hang until run_cli's time limit (PostgreSQL).
-        for args in (("runs",), ("failures",), ("cron", "list"), ("crontab", "--print")):
+        for args in (("runs",), ("accept-failures",), ("cron", "list"), ("crontab", "--print")):
             result = run_cli(env, *args, check=False)
             assert result.returncode == 0, (args, result.stderr)
     finally:

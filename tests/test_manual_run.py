@@ -1,6 +1,8 @@
 """Manual runs: PUT /open/crons/run and `qlshadow cron run` start task.sh detached, unmarked."""
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from conftest import http, run_cli
@@ -78,11 +80,22 @@ def test_a_manual_run_of_an_unknown_cron_is_404_and_starts_nothing(server):
 
 def test_qlshadow_cron_run_starts_a_detached_manual_run(server, make_settings):
     settings = make_settings()
-    cron_id = add_cron(server, "exit 7")
+    cron_id = add_cron(server, "echo from the task; exit 7")
     env = {"QL_DATA_DIR": settings.data_dir, "QL_DB_URL": settings.db_url,
            "QL_SCHEDULER": "node", "QL_PORT": str(server.port)}
     result = run_cli(env, "cron", "run", str(cron_id))
-    assert result.stdout.split() == ["[", str(cron_id), "]"]
+    assert result.stdout == (f"started cron {cron_id} (manual job) as a manual run; "
+                             f"its log: qlshadow log --cron {cron_id} -f\n")
     instances = wait_for(lambda: finished(server, cron_id))
     assert instances[0]["exit_code"] == 7
     assert runs_of(server, cron_id) == []
+    # The command it names shows the task's output; with Shadow off, `runs --failed`
+    # lists the failed Legacy instance (a manual run is never a Shadow Run).
+    assert run_cli(env, "log", "--cron", str(cron_id)).stdout.splitlines()[-1] == "from the task"
+    failed = run_cli(env, "runs", "--failed").stdout.splitlines()
+    assert failed[0].split()[:2] == ["instance", "cron"]
+    assert failed[1].split()[:4] == [str(instances[0]["id"]), str(cron_id), "manual", "job"]
+    assert failed[1].split()[-3:-1] == ["failed", "7"]
+
+    assert json.loads(run_cli(env, "cron", "run", str(cron_id), "--json").stdout) == [cron_id]
+    wait_for(lambda: len(instances_of(server, cron_id)) == 2 and finished(server, cron_id))

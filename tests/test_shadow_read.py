@@ -1,5 +1,5 @@
 """Reading Shadow: GET /open/runs (filters, paging), /open/runs/<id>, /open/runs/failures,
-the `runs` scope, and `qlshadow runs` / `qlshadow failures`."""
+the `runs` scope, and `qlshadow runs` / `qlshadow accept-failures`."""
 from __future__ import annotations
 
 import json
@@ -151,10 +151,11 @@ def test_reading_runs_needs_the_runs_scope(client, auth):
 
 def test_the_runs_command_prints_the_runs(client, auth, three_crons, make_settings):
     a, b, _ = three_crons
-    env = {"QL_DB_URL": make_settings().db_url, "QL_DATA_DIR": make_settings().data_dir}
-    printed = json.loads(run_cli(env, "runs").stdout)
+    env = {"QL_DB_URL": make_settings().db_url, "QL_DATA_DIR": make_settings().data_dir,
+           **SHADOW_ON}
+    printed = json.loads(run_cli(env, "runs", "--json").stdout)
     assert printed == runs(client, auth)
-    only_b = json.loads(run_cli(env, "runs", "--cron", str(b)).stdout)
+    only_b = json.loads(run_cli(env, "runs", "--cron", str(b), "--json").stdout)
     assert [r["cron_id"] for r in only_b] == [b, b]
 
 
@@ -162,7 +163,7 @@ def test_the_failures_command_prints_the_failures(client, auth, make_cron, make_
     make_cron()
     send(client, auth, 999, execution_id(1700000000))
     env = {"QL_DB_URL": make_settings().db_url, "QL_DATA_DIR": make_settings().data_dir}
-    printed = json.loads(run_cli(env, "failures").stdout)
+    printed = json.loads(run_cli(env, "accept-failures", "--json").stdout)
     assert [(f["reason"], f["cron_id"]) for f in printed] == [("unknown_cron", 999)]
     assert printed == client.get("/open/runs/failures", headers=auth).get_json()["data"]
 

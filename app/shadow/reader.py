@@ -36,8 +36,12 @@ def to_json(row: dict) -> dict:
     }
 
 
-def list_runs(cron_id: int | None, state: str | None, limit: int, before: str | None) -> list:
+def list_runs(cron_id: int | None, state: str | None, limit: int, before: str | None, *,
+              since: int | None = None, until: int | None = None, failed: bool = False) -> list:
     """Runs newest first by run id (which orders by accepted_at); before= pages on.
+
+    since/until bound accepted_at (until excluded); failed keeps exited Runs whose exit
+    code is not 0.
 
     The order is written (accepted_at, id): the same order as id alone, since a run id
     begins with its accepted seconds, but the one that the table's key and the index
@@ -48,6 +52,12 @@ def list_runs(cron_id: int | None, state: str | None, limit: int, before: str | 
         query = query.where(ShadowRun.cron_id == cron_id)
     if state is not None:
         query = query.where(ShadowRun.state == state)
+    if failed:
+        query = query.where(ShadowRun.state == "exited", ShadowRun.exit_code != 0)
+    if since is not None:
+        query = query.where(ShadowRun.accepted_at >= since)
+    if until is not None:
+        query = query.where(ShadowRun.accepted_at < until)
     if before is not None:
         # Any UUID works as a cursor: a Run sorts before it exactly when its accepted
         # seconds are below the cursor's whole seconds, or equal with a smaller id.
