@@ -63,9 +63,9 @@ def reconcile(since: int, until: int, cron_id: int | None = None, stuck_after: i
         failures = _failures(since, until)
         stats = _stats(ids, since, until, now - stuck_after)
         unmatched = _unmatched(ids, since, until)
-        reports = [_cron_report(cron, since, until, now, stuck_after, tolerance, clock,
-                                failures.get(cron["id"], {}), stats.get(cron["id"]),
-                                unmatched.get(cron["id"], 0))
+        reports = [_guarded_report(cron, since, until, now, stuck_after, tolerance, clock,
+                                   failures.get(cron["id"], {}), stats.get(cron["id"]),
+                                   unmatched.get(cron["id"], 0))
                    for cron in crons]
     gate = _gate(reports, failures, cron_id)
     return {"window": {"since": since, "until": until}, "gate": gate, "crons": reports}
@@ -291,6 +291,40 @@ def _failures(since: int, until: int) -> dict:
 
 def _iso(instant: int) -> str:
     return time.strftime("%Y-%m-%d %H:%M %Z", time.localtime(instant))
+
+
+def _guarded_report(cron: dict, *args) -> dict:
+    """_cron_report, or a report that says why this cron cannot be evaluated.
+
+    One cron's data (a schedule stored before today's checks, a value out of range) must not
+    cost the other crons their report: its verdict is "insufficient" with the cause. Database
+    errors still propagate: they concern every cron alike.
+    """
+    from peewee import PeeweeException
+    try:
+        return _cron_report(cron, *args)
+    except PeeweeException:
+        raise
+    except Exception as exc:  # noqa: BLE001 - any fault of this cron's data is reported
+        cause = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return _unevaluated(cron, f"cannot evaluate: {cause}; fix or delete this cron")
+
+
+def _unevaluated(cron: dict, reason: str) -> dict:
+    """The report of a cron the gate could not evaluate: no counts, the reason."""
+    active = False
+    try:
+        active = is_active(cron)
+    except Exception:  # noqa: BLE001 - the same bad data may break this too
+        pass
+    return {
+        "cron_id": cron["id"], "name": cron["name"], "schedule": cron["schedule"],
+        "active": active, "definition_changed": False, "evaluated_from": None,
+        "expected": 0, "runs": 0, "exited": 0, "running": 0, "failed": 0, "finish_only": 0,
+        "stuck": 0, "missed": [], "missed_omitted": 0, "double": [], "double_omitted": 0,
+        "off_schedule": 0, "unmatched_instances": 0, "drift": 0, "invalid": 0,
+        "verdict": "insufficient", "reasons": [reason],
+    }
 
 
 def _cron_report(cron: dict, since: int, until: int, now: int, stuck_after: int,
