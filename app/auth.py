@@ -12,7 +12,7 @@ import os
 import secrets
 import time
 
-from .errors import InvalidInput
+from .errors import Conflict, InvalidInput
 from .files import write_private
 from .models import App, Token
 
@@ -128,8 +128,9 @@ def _app_token(name: str, scopes, token_file: str, now: int | None, min_left: in
     _ensure_app(name, scopes)
     app = App.get(App.name == name)
     if frozenset(app.scopes.split(",")) != frozenset(scopes):
-        raise ValueError(f"the app {name!r} has scopes {app.scopes}, not {','.join(scopes)}; "
-                         "rename or delete it")
+        raise Conflict(f"an app named {name!r} already exists with scopes {app.scopes}, not "
+                       f"{','.join(scopes)}: the name is reserved for qlshadow; delete that app "
+                       "or create it again under another name")
     value, expiration = issue_token(app.id, now)
     token = {"value": value, "expiration": expiration}
     write_private(token_file, json.dumps(token) + "\n")
