@@ -19,6 +19,7 @@ from . import config, crons, crontab, db
 from .auth import (RUNNER_APP, RUNNER_TOKEN_FILE, SYSTEM_APP, create_app_record,
                    ensure_system_app, runner_token, system_token)
 from .errors import QlError
+from .parse import INT64_MAX
 from .runner import start_manual
 from .shadow import reader
 
@@ -355,8 +356,8 @@ def cmd_prune(args) -> int:
 
 
 def _positive(text: str) -> int:
-    if not text.isdigit() or int(text) == 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer")
+    if not text.isascii() or not text.isdigit() or not 0 < int(text) <= INT64_MAX:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer below 2^63")
     return int(text)
 
 

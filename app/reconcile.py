@@ -18,6 +18,7 @@ import time
 
 from .db import is_sqlite
 from .models import Cron, database
+from .parse import TIME_MAX
 from .schedule import field_count
 
 DAY = 86400
@@ -30,9 +31,11 @@ class ReconcileError(ValueError):
 
 
 def _check(since: int, until: int, cron_id, stuck_after: int, tolerance: float) -> None:
-    for name, value in (("since", since), ("until", until), ("stuck_after", stuck_after)):
-        if type(value) is not int or value < 0:
-            raise ReconcileError(f"'{name}' must be a non-negative integer (epoch seconds).")
+    for name, value in (("since", since), ("until", until)):
+        if type(value) is not int or not 0 <= value <= TIME_MAX:
+            raise ReconcileError(f"'{name}' must be epoch seconds between 0 and {TIME_MAX}.")
+    if type(stuck_after) is not int or stuck_after < 0:
+        raise ReconcileError("'stuck_after' must be a non-negative integer (seconds).")
     if cron_id is not None and (type(cron_id) is not int or cron_id < 1):
         raise ReconcileError("'cron_id' must be a positive integer.")
     if until <= since:

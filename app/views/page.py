@@ -14,6 +14,7 @@ from flask import (Blueprint, Response, current_app, g, redirect, request, strea
 
 from .. import __version__, auth, crons, overview
 from ..errors import NotFound
+from ..parse import INT64_MAX
 from ..shadow import reader
 
 bp = Blueprint("page", __name__, url_prefix="/page")
@@ -184,6 +185,8 @@ def crons_page():
 @login_required
 def cron_page(cron_id: int):
     try:
+        if cron_id > INT64_MAX:  # no cron has such an id, and the database cannot compare it
+            raise NotFound(f"Cron {cron_id} does not exist.")
         cron = crons.get(cron_id)
     except NotFound:
         return _render("missing.html", 404, what=f"Cron {cron_id} does not exist.")
