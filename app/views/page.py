@@ -13,7 +13,7 @@ from flask import (Blueprint, Response, current_app, g, redirect, request, strea
                    url_for)
 
 from .. import __version__, auth, crons, overview
-from ..errors import NotFound
+from ..errors import NotFound, Unavailable
 from ..parse import INT64_MAX
 from ..shadow import reader
 
@@ -34,12 +34,22 @@ SECURITY_HEADERS = {
 
 
 def _serializer():
-    """The cookie signer, made on the first page request (the key file is read once)."""
+    """The cookie signer, made on the first page request (the key file is read once).
+
+    Unavailable (a 503, never a 500) when the key file can be neither read nor written,
+    e.g. on a full disk before the first sign-in.
+    """
     signer = current_app.extensions.get("qlshadow.page")
     if signer is None:
         from itsdangerous import URLSafeTimedSerializer  # loaded with Flask already
         settings = current_app.extensions["qlshadow"]
-        key = auth.page_key(os.path.join(settings.data_dir, "page.key"))
+        path = os.path.join(settings.data_dir, "page.key")
+        try:
+            key = auth.page_key(path)
+        except OSError as exc:
+            raise Unavailable(f"The status page's signing key {path} cannot be written "
+                              f"({exc.strerror or exc}); free some space (qlshadow prune) "
+                              "and sign in again.") from None
         signer = URLSafeTimedSerializer(key, salt="qlshadow page session")
         current_app.extensions["qlshadow.page"] = signer
     return signer
@@ -54,7 +64,7 @@ def _viewer() -> str | None:
     try:
         data = _serializer().loads(raw, max_age=LIFETIME)
         app_id, digest = int(data["a"]), data.get("t") or None
-    except (BadData, KeyError, TypeError, ValueError):
+    except (BadData, KeyError, TypeError, ValueError, Unavailable):
         return None
     return auth.page_viewer(app_id, digest, int(time.time()))
 
@@ -155,7 +165,10 @@ def login_submit():
                    else f"Those credentials are wrong, or their app lacks the "
                         f"'{auth.PAGE_SCOPE}' scope.")
         return _render("login.html", 401, error=message, client_id=client_id)
-    value = _serializer().dumps({"a": found.id, "t": digest})
+    try:
+        value = _serializer().dumps({"a": found.id, "t": digest})
+    except Unavailable as exc:
+        return _render("login.html", 503, error=exc.message, client_id=client_id)
     response = redirect(url_for("page.crons_page"), code=303)
     response.set_cookie(COOKIE, value, max_age=LIFETIME, path=bp.url_prefix, httponly=True,
                         samesite="Strict", secure=request.is_secure)
