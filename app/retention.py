@@ -83,14 +83,16 @@ PRUNE_WAL_PAGES = 16
 
 
 def reserve_path(data_dir: str) -> str:
+    """Where the data dir's prune reserve lives."""
     return os.path.join(data_dir, RESERVE_NAME)
 
 
 def make_reserve(data_dir: str) -> str:
     """Make the reserve file unless it is there; returns "in place" or why it is not.
 
-    Written whole or not at all (a partial file on a full disk is removed again), and
-    written only when missing: a router's flash pays for every write.
+    Written whole or not at all (a partial file on a full disk is removed again), written
+    only when missing (a router's flash pays for every write), and only while at least
+    twice its size is free: the reserve must never be what fills the partition.
     """
     path = reserve_path(data_dir)
     try:
@@ -100,7 +102,10 @@ def make_reserve(data_dir: str) -> str:
         pass
     try:
         os.makedirs(data_dir, mode=0o700, exist_ok=True)
-        with open(path, "wb") as fh:
+        stat = os.statvfs(data_dir)
+        if stat.f_bavail * stat.f_frsize < RESERVE_BYTES * 2:
+            return f"not made: less than {RESERVE_BYTES * 2 // 1024} KiB free"
+        with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as fh:
             for _ in range(RESERVE_BYTES // 65536):
                 fh.write(os.urandom(65536))
             fh.flush()

@@ -53,9 +53,15 @@ def _serializer():
                               f"({exc.strerror or exc}); free some space (qlshadow prune) "
                               "and sign in again.") from None
         signer = URLSafeTimedSerializer(key, salt="qlshadow page session")
-        signer.page_key = key  # sessions are stored under an HMAC with the same key
+        # Sessions are stored under an HMAC with the same key (auth.open_session).
+        current_app.extensions["qlshadow.page_key"] = key
         current_app.extensions["qlshadow.page"] = signer
     return signer
+
+
+def _page_key() -> bytes:
+    """The key the cookie signer was made with (after _serializer())."""
+    return current_app.extensions["qlshadow.page_key"]
 
 
 def _session() -> dict | None:
@@ -79,7 +85,7 @@ def _viewer() -> str | None:
     data = _session()
     if data is None:
         return None
-    return auth.page_viewer(_serializer().page_key, data["a"], data["n"], data["s"],
+    return auth.page_viewer(_page_key(), data["a"], data["n"], data["s"],
                             data.get("t") or None, int(time.time()))
 
 
@@ -95,7 +101,8 @@ def _foreign_origin() -> str | None:
     if source is None:
         return None
     if source == "null" or urlsplit(source).netloc.lower() != request.host.lower():
-        return f"This form was sent from another site ({source[:100]}); open the page here and retry."
+        return (f"This form was sent from another site ({source[:100]}); open the page here "
+                "and retry.")
     return None
 
 
@@ -220,7 +227,7 @@ def login_submit():
         return _render("login.html", 503, error=exc.message, client_id=client_id)
     from ..db import write_transaction
     with write_transaction():
-        payload = auth.open_session(signer.page_key, found, LIFETIME, now)
+        payload = auth.open_session(_page_key(), found, LIFETIME, now)
     if digest:
         payload["t"] = digest
     value = signer.dumps(payload)
@@ -239,7 +246,7 @@ def logout():
     if data is not None:  # ended on the server: a copy of the cookie no longer works
         from ..db import write_transaction
         with write_transaction():
-            auth.close_session(_serializer().page_key, data["n"])
+            auth.close_session(_page_key(), data["n"])
     response = redirect(url_for("page.login"), code=303)
     response.delete_cookie(COOKIE, path=bp.url_prefix, httponly=True, samesite="Strict")
     return response

@@ -95,3 +95,21 @@ def test_the_first_sign_in_on_a_full_disk_is_a_503_page_not_a_500(small_tmpfs, m
     assert response.status_code == 303
     assert client.get("/page/").status_code == 200
     db.discard_connection()
+
+
+def test_the_reserve_is_private_made_once_and_not_made_for_postgresql(make_settings, backend):
+    settings = make_settings()
+    create_app(settings)
+    path = os.path.join(settings.data_dir, RESERVE_NAME)
+    db.discard_connection()
+    if backend == "postgres":
+        assert not os.path.exists(path)
+        return
+    assert os.stat(path).st_mode & 0o777 == 0o600
+    with open(path, "rb") as fh:
+        first = fh.read()
+    assert len(first) == RESERVE_BYTES and first.count(0) < RESERVE_BYTES // 100  # random
+    create_app(settings)  # a restart does not write it again
+    db.discard_connection()
+    with open(path, "rb") as fh:
+        assert fh.read() == first
