@@ -118,6 +118,11 @@ def test_a_sign_in_from_this_site_or_no_page_works(client, viewer, headers):
     assert sign_in(client, viewer, headers=headers).status_code == 303
 
 
+def test_the_page_lets_browsers_send_its_origin_with_its_own_forms(client):
+    # Under "no-referrer" a browser sends "Origin: null", which the check refuses.
+    assert client.get("/page/login").headers["Referrer-Policy"] == "same-origin"
+
+
 def test_a_sign_out_from_another_site_is_refused_and_the_session_stays(client, viewer):
     sign_in(client, viewer)
     response = client.post("/page/logout", headers={"Origin": "http://evil.example"})
