@@ -4,7 +4,8 @@ A schedule is 5 fields, 6 fields (leading seconds), or @once / @boot. BusyBox cr
 Debian's Vixie cron and cronie disagree on parts of the syntax (measured; see
 docs/INSTALL.md), so a crontab line never carries the text as written: `crontab_fields`
 expands each field to its set of values and writes that set back in a form all of them
-parse identically. What no form can say on every daemon is refused here, naming the field.
+parse identically. What no form can say on every daemon, and a schedule that would never
+run (a day of month no listed month has), is refused here, naming the field.
 """
 from __future__ import annotations
 
