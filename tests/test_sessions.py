@@ -13,7 +13,6 @@ from qlshadow.auth import create_app_record, sha256_hex
 from qlshadow.models import App, Token
 from qlshadow.ratelimit import LIMIT, FailureLimiter, client_key
 from qlshadow.views.page import COOKIE
-from conftest import table_rows
 
 SAME = {"Origin": "http://localhost"}
 
