@@ -12,7 +12,7 @@ import os
 import secrets
 import time
 
-from .errors import InvalidInput
+from .errors import Conflict, InvalidInput
 from .files import write_private
 from .models import App, Token
 
@@ -128,8 +128,9 @@ def _app_token(name: str, scopes, token_file: str, now: int | None, min_left: in
     _ensure_app(name, scopes)
     app = App.get(App.name == name)
     if frozenset(app.scopes.split(",")) != frozenset(scopes):
-        raise ValueError(f"the app {name!r} has scopes {app.scopes}, not {','.join(scopes)}; "
-                         "rename or delete it")
+        raise Conflict(f"an app named {name!r} already exists with scopes {app.scopes}, not "
+                       f"{','.join(scopes)}: the name is reserved for qlshadow; delete that app "
+                       "or create it again under another name")
     value, expiration = issue_token(app.id, now)
     token = {"value": value, "expiration": expiration}
     write_private(token_file, json.dumps(token) + "\n")
@@ -139,19 +140,59 @@ def _app_token(name: str, scopes, token_file: str, now: int | None, min_left: in
 PAGE_SCOPE = "crons"  # what an app needs to sign in to the status page
 
 
-def page_viewer(app_id: int, token_digest: str | None, now: int) -> str | None:
-    """Name of the app a page session belongs to, while its app (and token) still may sign in.
+# --- status page sessions -------------------------------------------------------------------
+# A session is one row of the tokens table: the app's, expiring with the session, whose hash
+# is an HMAC of a random nonce under the page key. The cookie carries the nonce; without the
+# key no one can turn it into the stored hash, so a session is never a bearer token for the
+# API. Sign-in writes the row, sign-out deletes it (revoked on the server, whatever cookie
+# copies exist), and deleting the app deletes it with the app's tokens. The cookie also
+# carries a mark of the app's secret: a changed secret ends every session of the app. No
+# new table, and nothing is written on a page view.
 
-    Checked on every page view, so deleting the app or its token ends its sessions too.
+def _session_hash(key: bytes, nonce: str) -> str:
+    return hmac.new(key, b"page session|" + nonce.encode(), hashlib.sha256).hexdigest()
+
+
+def secret_mark(key: bytes, secret_hash: str) -> str:
+    """A short keyed digest of an app's stored secret hash, carried by its session cookies."""
+    return hmac.new(key, b"page secret|" + secret_hash.encode(), hashlib.sha256).hexdigest()[:32]
+
+
+def open_session(key: bytes, app, lifetime: int, now: int) -> dict:
+    """Store a new page session of app; returns the cookie's payload (write transaction)."""
+    # The app's expired tokens and sessions go first: sign-ins never grow the table.
+    Token.delete().where(Token.app == app.id, Token.expiration <= now).execute()
+    nonce = secrets.token_urlsafe(24)
+    Token.insert(token_hash=_session_hash(key, nonce), app=app.id,
+                 expiration=now + lifetime).execute()
+    return {"a": app.id, "n": nonce, "s": secret_mark(key, app.client_secret_hash)}
+
+
+def close_session(key: bytes, nonce: str) -> int:
+    """Delete a page session (sign-out); returns how many rows went (write transaction)."""
+    return Token.delete().where(Token.token_hash == _session_hash(key, nonce)).execute()
+
+
+def page_viewer(key: bytes, app_id: int, nonce: str, mark: str, token_digest: str | None,
+                now: int) -> str | None:
+    """Name of the app a page session belongs to, while the session stands, else None.
+
+    Checked on every page view: sign-out, an expired session, a changed secret, a deleted
+    app, or (for a token sign-in) a deleted token or lost scope each end the session.
     """
+    row = (Token.select(Token.expiration, App.id, App.name, App.scopes, App.client_secret_hash)
+           .join(App).where(Token.token_hash == _session_hash(key, nonce)).tuples().first())
+    if row is None or row[0] <= now or row[1] != app_id:
+        return None
+    if PAGE_SCOPE not in row[3].split(","):
+        return None
+    if not hmac.compare_digest(secret_mark(key, row[4]), mark):
+        return None
     if token_digest:
         found = scopes_for_digest(token_digest, now)
         if found is None or PAGE_SCOPE not in found[0]:
             return None
-    row = App.select(App.name, App.scopes).where(App.id == app_id).tuples().first()
-    if row is None or PAGE_SCOPE not in row[1].split(","):
-        return None
-    return row[0]
+    return row[2]
 
 
 def app_for_token(token: str, now: int):

@@ -18,13 +18,18 @@ import sys
 from peewee import DatabaseError, IntegrityError, InterfaceError
 
 from . import config, crons, crontab, db
-from .auth import (RUNNER_TOKEN_FILE, create_app_record, ensure_system_app, runner_token,
-                   system_token)
+from .auth import (RUNNER_APP, RUNNER_TOKEN_FILE, SYSTEM_APP, create_app_record,
+                   ensure_system_app, runner_token, system_token)
 from .errors import QlError
 from .parse import INT64_MAX, parse_ids, to_int
 from .runner import start_manual
 from .shadow import RUN_STATES, reader
 from .textout import Column, duration, record, table, terminal_width, when
+
+
+# An unexpected exception (a defect) exits with EX_SOFTWARE from sysexits.h: 1 stays the
+# command's own "no" (the gate failed, a cron is unknown), 2 a usage mistake.
+EXIT_INTERNAL = 70
 
 
 class CliError(Exception):
@@ -173,6 +178,8 @@ def cmd_db_init(args) -> int:
 
 
 def cmd_app_create(args) -> int:
+    if args.name in (SYSTEM_APP, RUNNER_APP):
+        raise CliError(f"the app name {args.name!r} is reserved for qlshadow's own tokens")
     _, database = _open(args)
     scopes = sorted({s.strip() for s in args.scopes.split(",") if s.strip()})
     try:
@@ -622,7 +629,11 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
-        prog="qlshadow", description="Legacy-compatible cron status service with Shadow Runs.")
+        prog="qlshadow", description="Legacy-compatible cron status service with Shadow Runs.",
+        epilog="Exit status: 0 success; 1 the command failed or said no (one line on stderr); "
+               f"2 a usage mistake; {EXIT_INTERNAL} an internal error (a defect: one line on "
+               "stderr, please report it). `reconcile` also exits 3 when the gate is "
+               "insufficient.")
     parser.add_argument("--config", metavar="PATH",
                         help="KEY=VALUE config file (default: $QL_CONFIG); the environment wins")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -766,6 +777,11 @@ def main(argv=None) -> int:
         print(f"qlshadow: database error: {first}", file=sys.stderr)
     except OSError as exc:
         print(f"qlshadow: {exc.strerror or exc}: {exc.filename or ''}".rstrip(": "), file=sys.stderr)
+    except Exception as exc:  # noqa: BLE001 - a defect: one line and its own code, not 1
+        cause = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        print(f"qlshadow: internal error ({type(exc).__name__}{': ' + cause if cause else ''}); "
+              "please report it", file=sys.stderr)
+        return EXIT_INTERNAL
     return 1
 
 

@@ -293,9 +293,12 @@ def prepare_runner(settings) -> None:
 
     from .auth import runner_token
     from .db import connected, write_transaction
+    from .errors import QlError
     try:
         with connected(), write_transaction():
             runner_token(data)
+    except QlError as exc:  # an app that took the runner's name, say
+        raise CrontabError(f"cannot issue the runner token: {exc}") from None
     except (DatabaseError, InterfaceError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise CrontabError(f"cannot issue the runner token: {first}") from None

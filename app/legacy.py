@@ -15,7 +15,7 @@ from .db import Statement, slot
 from .errors import InvalidInput
 from .models import (CRON_IDLE, CRON_RUNNING, INSTANCE_ERROR, INSTANCE_FINISHED,
                      INSTANCE_RUNNING, Cron, RunningInstance, storable)
-from .parse import INT32_MAX, INT32_MIN, INT64_MAX, parse_ids, to_int
+from .parse import INT32_MAX, INT32_MIN, INT64_MAX, TIME_MAX, parse_ids, to_int
 
 STATUS_CODES = {0: 0, 1: 1, 2: 2, 3: 3, "0": 0, "1": 1, "2": 2, "3": 3}
 NOT_GIVEN = object()  # the key is absent, null or "": rule 3 leaves the column alone
@@ -81,8 +81,8 @@ def parse_status_callback(body) -> StatusCallback:
         status=STATUS_CODES[status],
         pid=pid,
         log_path=log_path,
-        last_execution_time=_optional_int(body, "last_execution_time", 0, INT64_MAX),
-        last_running_time=_optional_int(body, "last_running_time", 0, INT64_MAX),
+        last_execution_time=_optional_int(body, "last_execution_time", 0, TIME_MAX),
+        last_running_time=_optional_int(body, "last_running_time", 0, TIME_MAX),
         exit_code=_optional_int(body, "exit_code", INT32_MIN, INT32_MAX),
         execution_id=NOT_GIVEN if execution_id is None else execution_id,
     )

@@ -9,6 +9,9 @@ from .errors import InvalidInput
 
 INT64_MAX = 2**63 - 1
 INT32_MIN, INT32_MAX = -2**31, 2**31 - 1
+# The latest second a time the API takes may hold (2106-02-07 06:28:15 UTC): past any
+# router's clock, and seconds * 1000 stays far inside an execution id's 48 bits.
+TIME_MAX = 2**32 - 1
 # 19 digits hold every int64; a longer digit string is refused before int() so that a
 # huge body cannot make us convert a million-digit number.
 _MAX_DIGITS = 19

@@ -21,6 +21,7 @@ import time
 from . import timefmt
 from .db import is_sqlite
 from .models import Cron, database
+from .parse import TIME_MAX
 from .schedule import field_count
 
 DAY = 86400
@@ -33,9 +34,11 @@ class ReconcileError(ValueError):
 
 
 def _check(since: int, until: int, cron_id, stuck_after: int, tolerance: float) -> None:
-    for name, value in (("since", since), ("until", until), ("stuck_after", stuck_after)):
-        if type(value) is not int or value < 0:
-            raise ReconcileError(f"'{name}' must be a non-negative integer (epoch seconds).")
+    for name, value in (("since", since), ("until", until)):
+        if type(value) is not int or not 0 <= value <= TIME_MAX:
+            raise ReconcileError(f"'{name}' must be epoch seconds between 0 and {TIME_MAX}.")
+    if type(stuck_after) is not int or stuck_after < 0:
+        raise ReconcileError("'stuck_after' must be a non-negative integer (seconds).")
     if cron_id is not None and (type(cron_id) is not int or cron_id < 1):
         raise ReconcileError("'cron_id' must be a positive integer.")
     if until <= since:
@@ -72,9 +75,10 @@ def reconcile(since: int, until: int, cron_id: int | None = None, stuck_after: i
         failures = _failures(since, until)
         stats = _stats(ids, since, until, now - stuck_after)
         unmatched, instance_starts = _unmatched(ids, since, until)
-        reports = [_cron_report(cron, since, until, now, stuck_after, tolerance, clock,
-                                failures.get(cron["id"], {}), stats.get(cron["id"]),
-                                unmatched.get(cron["id"], 0), instance_starts.get(cron["id"], ()))
+        reports = [_guarded_report(cron, since, until, now, stuck_after, tolerance, clock,
+                                   failures.get(cron["id"], {}), stats.get(cron["id"]),
+                                   unmatched.get(cron["id"], 0),
+                                   instance_starts.get(cron["id"], ()))
                    for cron in crons]
     gate = _gate(reports, failures, cron_id)
     return {"window": {"since": since, "until": until}, "gate": gate, "crons": reports}
@@ -313,6 +317,40 @@ def _failures(since: int, until: int) -> dict:
 
 def _iso(instant: int) -> str:
     return timefmt.local_text(instant, with_seconds=False)
+
+
+def _guarded_report(cron: dict, *args) -> dict:
+    """_cron_report, or a report that says why this cron cannot be evaluated.
+
+    One cron's data (a schedule stored before today's checks, a value out of range) must not
+    cost the other crons their report: its verdict is "insufficient" with the cause. Database
+    errors still propagate: they concern every cron alike.
+    """
+    from peewee import PeeweeException
+    try:
+        return _cron_report(cron, *args)
+    except PeeweeException:
+        raise
+    except Exception as exc:  # noqa: BLE001 - any fault of this cron's data is reported
+        cause = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return _unevaluated(cron, f"cannot evaluate: {cause}; fix or delete this cron")
+
+
+def _unevaluated(cron: dict, reason: str) -> dict:
+    """The report of a cron the gate could not evaluate: no counts, the reason."""
+    active = False
+    try:
+        active = is_active(cron)
+    except Exception:  # noqa: BLE001 - the same bad data may break this too
+        pass
+    return {
+        "cron_id": cron["id"], "name": cron["name"], "schedule": cron["schedule"],
+        "active": active, "definition_changed": False, "evaluated_from": None,
+        "expected": 0, "runs": 0, "exited": 0, "running": 0, "failed": 0, "finish_only": 0,
+        "stuck": 0, "missed": [], "missed_omitted": 0, "double": [], "double_omitted": 0,
+        "off_schedule": 0, "unmatched_instances": 0, "drift": 0, "invalid": 0,
+        "verdict": "insufficient", "reasons": [reason],
+    }
 
 
 def _cron_report(cron: dict, since: int, until: int, now: int, stuck_after: int,

@@ -54,6 +54,68 @@ class Policy:
         return bool(self.log_dir and (self.logs_per_cron or self.log_days))
 
 
+# --- the prune reserve ----------------------------------------------------------------------
+
+# A file of RESERVE_BYTES in the data dir that `qlshadow prune` deletes first when the
+# partition is (nearly) full: SQLite needs room in the WAL to delete rows, so a prune on a
+# full disk would otherwise fail like every other write. Random bytes, because UBIFS and
+# JFFS2 (OpenWrt's overlay) compress: zeros would hold back almost nothing. It covers the
+# WAL prune keeps (PRUNE_WAL_PAGES) plus its largest transaction, with room to spare.
+RESERVE_NAME = "prune.reserve"
+RESERVE_BYTES = 512 * 1024
+PRUNE_WAL_PAGES = 16
+
+
+def reserve_path(data_dir: str) -> str:
+    """Where the data dir's prune reserve lives."""
+    return os.path.join(data_dir, RESERVE_NAME)
+
+
+def make_reserve(data_dir: str) -> str:
+    """Make the reserve file unless it is there; returns "in place" or why it is not.
+
+    Written whole or not at all (a partial file on a full disk is removed again), written
+    only when missing (a router's flash pays for every write), and only while at least
+    twice its size is free: the reserve must never be what fills the partition.
+    """
+    path = reserve_path(data_dir)
+    try:
+        if os.path.getsize(path) >= RESERVE_BYTES:
+            return "in place"
+    except OSError:
+        pass
+    try:
+        os.makedirs(data_dir, mode=0o700, exist_ok=True)
+        stat = os.statvfs(data_dir)
+        if stat.f_bavail * stat.f_frsize < RESERVE_BYTES * 2:
+            return f"not made: less than {RESERVE_BYTES * 2 // 1024} KiB free"
+        with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as fh:
+            for _ in range(RESERVE_BYTES // 65536):
+                fh.write(os.urandom(65536))
+            fh.flush()
+            os.fsync(fh.fileno())
+        return "in place"
+    except OSError as exc:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+        return f"not made: {exc.strerror or exc}"
+
+
+def release_reserve(data_dir: str) -> bool:
+    """Delete the reserve when the data dir's partition has less free than it holds."""
+    path = reserve_path(data_dir)
+    try:
+        stat = os.statvfs(data_dir)
+        if stat.f_bavail * stat.f_frsize >= RESERVE_BYTES * 2:
+            return False
+        os.unlink(path)
+        return True
+    except OSError:
+        return False
+
+
 def policy_of(settings) -> Policy:
     return Policy(settings.retention_days, settings.retention_rows_per_cron,
                   settings.retention_logs_per_cron, settings.retention_log_days,
@@ -245,13 +307,16 @@ def prune_log_folder(folder: str, policy: Policy, now: int, limit: int | None) -
 def prune(settings, now: int) -> dict:
     """Delete everything due now, in short transactions; returns what was deleted.
 
-    Task logs go first: on a full disk they free the space the database needs to delete.
-    Then the WAL is checkpointed and truncated, giving its space back at once.
+    On a (nearly) full partition the reserve file goes first, then task logs: both free the
+    space the database needs to delete. The WAL is kept small while deleting, then
+    checkpointed and truncated, giving its space back; the reserve is made again last.
     """
-    from .db import checkpoint, connected, write_transaction
+    from .db import checkpoint, connected, is_sqlite, write_transaction
     from .models import Token
 
     policy = policy_of(settings)
+    sqlite = settings.db_url.startswith("sqlite:")
+    released = sqlite and release_reserve(settings.data_dir)
     done = {"runs": 0, "instances": 0, "tokens": 0, "log_files": 0, "log_bytes": 0}
     if policy.logs_on and os.path.isdir(policy.log_dir):
         for entry in sorted(os.scandir(policy.log_dir), key=lambda e: e.name):
@@ -271,6 +336,10 @@ def prune(settings, now: int) -> dict:
 
     execute = database.obj.execute_sql
     with connected():
+        if is_sqlite():
+            # Checkpoint every few pages, so the WAL restarts from its beginning instead of
+            # growing into space the reserve freed (this connection only).
+            execute(f"PRAGMA wal_autocheckpoint = {PRUNE_WAL_PAGES}")
         if policy.days:
             cutoff = now - policy.days * DAY
             done["runs"] += _expired_runs_all(cutoff)
@@ -284,6 +353,9 @@ def prune(settings, now: int) -> dict:
         with write_transaction():
             done["tokens"] = Token.delete().where(Token.expiration <= now).execute()
         checkpoint()
+    if sqlite:
+        done["reserve_released"] = released
+        done["reserve"] = make_reserve(settings.data_dir)
     return done
 
 

@@ -4,7 +4,8 @@ A schedule is 5 fields, 6 fields (leading seconds), or @once / @boot. BusyBox cr
 Debian's Vixie cron and cronie disagree on parts of the syntax (measured; see
 docs/INSTALL.md), so a crontab line never carries the text as written: `crontab_fields`
 expands each field to its set of values and writes that set back in a form all of them
-parse identically. What no form can say on every daemon is refused here, naming the field.
+parse identically. What no form can say on every daemon, and a schedule that would never
+run (a day of month no listed month has), is refused here, naming the field.
 """
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ _DAYS = {d: i for i, d in enumerate("sun mon tue wed thu fri sat".split())}
 _FIELDS = (("minute", 0, 59, None), ("hour", 0, 23, None), ("day of month", 1, 31, None),
            ("month", 1, 12, _MONTHS), ("day of week", 0, 7, _DAYS))
 _SECONDS = ("second", 0, 59, None)
+# The most days each month has (February: 29, leap years).
+_MONTH_DAYS = dict(zip(range(1, 13), (31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)))
 
 
 class ScheduleError(ValueError):
@@ -95,6 +98,13 @@ def _parse(schedule) -> tuple:
             f"schedule {schedule!r} restricts both day of month ({dom_text!r}) and day of week "
             f"({dow_text!r}) with one of them starting with '*', which cron daemons read "
             "differently (both vs. either); list the days explicitly or leave one field '*'")
+    if not dom_full and dow_full and not any(
+            day <= _MONTH_DAYS[month] for month in sets[3] for day in sets[2]):
+        # The day of week adds no day (every value), so the day of month alone decides,
+        # and no listed month has one of its days: the line would never run.
+        raise ScheduleError(
+            f"schedule {schedule!r} has a day of month field {dom_text!r} that no month in "
+            f"its month field {fields[-2]!r} has, so it would never run")
     return fields, sets
 
 

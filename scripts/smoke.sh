@@ -3,8 +3,8 @@
 #
 #   scripts/smoke.sh BASE_URL TOKEN        e.g. scripts/smoke.sh http://127.0.0.1:5600 "$TOKEN"
 #
-# It checks /health, creates a temporary cron (a schedule that never fires: 31 February),
-# sends a running and an idle callback with a fresh execution_id, checks that the cron
+# It checks /health, creates a temporary cron (due only on the 1st of a month six months
+# on), sends a running and an idle callback with a fresh execution_id, checks that the cron
 # went running -> idle and, when Shadow is on, that the Run exists and is exited; then it
 # deletes the cron (also when a check failed or the script is interrupted).
 # One line per check: "ok - ...", "FAIL - ..." or "skip - ...". Exit 0 only when none
@@ -101,8 +101,12 @@ esac
 
 # 2. a temporary cron
 now=$(date +%s)
+# A valid schedule not due for months: midnight on the 1st of the month six months on (a
+# schedule that never fires is refused).
+month=$(date +%m)
+month=$(( (${month#0} + 5) % 12 + 1 ))
 request POST /open/crons \
-	"{\"name\":\"$NAME-$now\",\"command\":\"true\",\"schedule\":\"0 0 31 2 *\"}"
+	"{\"name\":\"$NAME-$now\",\"command\":\"true\",\"schedule\":\"0 0 1 $month *\"}"
 cron_id=$(json_int id)
 if [ "$CODE" = 200 ] && [ -n "$cron_id" ]; then
 	ok "temporary cron $cron_id created"

@@ -1,7 +1,8 @@
 #!/bin/sh
 # task.sh COMMAND...: run one cron task and report it to qlshadow.
 #
-# The arguments are joined into one shell command (like `sh -c`). Output goes to
+# The arguments are joined into one shell command, run by a new `/bin/sh -c` as crond
+# runs a crontab line ($0 is /bin/sh and $# is 0, not this script's). Output goes to
 # $QL_DATA_DIR/log/<name>/<time>-<pid>.log. Around the command two status callbacks
 # (running, then idle with the duration and exit code) go to $QL_BASE_URL; a callback that
 # fails is noted in the log and never stops the task or changes its exit code, which is
@@ -111,34 +112,47 @@ else
 fi
 ql_send running "{\"ids\":[$ql_id],\"status\":0,\"pid\":$$,\"log_path\":\"$ql_rel\",\"last_execution_time\":$ql_begin$ql_extra}"
 
-# A subshell keeps the task's exit, cd and variables away from this script; the token is
-# not the task's business. Inside it, as in 2.x, task_before runs in the command's own
-# shell, so what it exports or where it cds reaches the command. A failing task_before is
-# noted and the command runs anyway (2.x does the same: the command is what the cron is
-# for); only an `exit` in task_before ends the run there, with its code. The command gets
-# a nested subshell when task_after follows, so that neither its `exit` nor task_after's
-# can change the code reported, which is always the command's.
+# The task runs in a new `/bin/sh -c` shell, as crond would run the command itself (by
+# that absolute path, whatever PATH holds): $0 is /bin/sh, there are no positional
+# parameters, and none of this script's variables (the token among them) reach it.
+# Without hooks the command is that shell's whole script. With hooks a
+# small script runs them and the command; the texts travel in the environment and are
+# unset before anything runs. In that shell, as in 2.x, task_before runs in the command's
+# own shell, so what it sets, exports or where it cds reaches the command. A failing
+# task_before is noted and the command runs anyway (2.x does the same: the command is what
+# the cron is for); only an `exit` in task_before ends the run there, with its code. The
+# command gets a subshell when task_after follows, so that neither its `exit` nor
+# task_after's can change the code reported, which is always the command's.
+ql_shell='ql_cmd=$QL_RUN_COMMAND ql_before=$QL_RUN_BEFORE ql_after=$QL_RUN_AFTER
+ql_log=$QL_RUN_LOG
+unset QL_RUN_COMMAND QL_RUN_BEFORE QL_RUN_AFTER QL_RUN_LOG
+ql_note() { printf "qlshadow: %s\n" "$*" >> "$ql_log" 2>/dev/null; }
+if [ -n "$ql_before" ]; then
+  trap '"'"'ql_note "task_before called exit $?: the command did not run"'"'"' EXIT
+  eval "$ql_before"
+  ql_rc=$?
+  trap - EXIT
+  [ "$ql_rc" -eq 0 ] || ql_note "task_before exited $ql_rc; the command runs anyway"
+fi
+if [ -z "$ql_after" ]; then
+  eval "$ql_cmd"
+  exit
+fi
+(eval "$ql_cmd")
+ql_rc=$?
+(eval "$ql_after") || ql_note "task_after exited $?"
+exit "$ql_rc"'
 (
-  unset ql_token ql_json ql_out
   if [ -n "$ql_work" ] && ! cd "$ql_work" 2>/dev/null; then
     ql_note "work_dir $ql_work cannot be entered (missing, not a directory or not permitted): the task did not run"
     exit 1
   fi
-  if [ -n "$ql_before" ]; then
-    trap 'ql_note "task_before called exit $?: the command did not run"' EXIT
-    eval "$ql_before"
-    ql_rc=$?
-    trap - EXIT
-    [ "$ql_rc" -eq 0 ] || ql_note "task_before exited $ql_rc; the command runs anyway"
+  if [ -z "$ql_before" ] && [ -z "$ql_after" ]; then
+    exec /bin/sh -c "$ql_cmd" /bin/sh
   fi
-  if [ -z "$ql_after" ]; then
-    eval "$ql_cmd"
-    exit
-  fi
-  (eval "$ql_cmd")
-  ql_rc=$?
-  (eval "$ql_after") || ql_note "task_after exited $?"
-  exit "$ql_rc"
+  QL_RUN_COMMAND=$ql_cmd QL_RUN_BEFORE=$ql_before QL_RUN_AFTER=$ql_after QL_RUN_LOG=$ql_log
+  export QL_RUN_COMMAND QL_RUN_BEFORE QL_RUN_AFTER QL_RUN_LOG
+  exec /bin/sh -c "$ql_shell" /bin/sh
 ) >> "$ql_log" 2>&1
 ql_status=$?
 

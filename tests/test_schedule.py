@@ -56,3 +56,24 @@ def test_a_schedule_no_daemon_reads_alike_is_refused_naming_the_field(schedule, 
     with pytest.raises(ScheduleError) as caught:
         check_schedule(schedule)
     assert all(word in str(caught.value) for word in words), str(caught.value)
+
+
+@pytest.mark.parametrize("schedule", [
+    "0 0 30 2 *", "0 0 31 2 *", "0 0 31 4 *", "0 0 31 6,9,11 *", "0 0 30,31 2 *",
+    "0 0 0 31 4 *", "0 0 30 2 0-6",
+], ids=lambda value: value)
+def test_a_schedule_that_never_fires_is_refused_naming_the_day_of_month(schedule):
+    with pytest.raises(ScheduleError) as caught:
+        check_schedule(schedule)
+    assert "day of month" in str(caught.value) and "never run" in str(caught.value)
+
+
+@pytest.mark.parametrize("schedule", [
+    "0 0 29 2 *",      # leap years
+    "0 0 31 4-5 *",    # May has a 31st
+    "0 0 30 2 1",      # both day fields restricted: Mondays of February run
+    "0 0 31 */2 *",
+    "0 0 30 * *",
+], ids=lambda value: value)
+def test_a_schedule_that_fires_in_some_month_is_accepted(schedule):
+    assert check_schedule(schedule) == schedule

@@ -51,7 +51,12 @@ def test_it_parses_a_valid_execution_id_to_its_start_seconds():
 
 def test_it_accepts_the_smallest_and_the_largest_seconds():
     assert parse_execution_id(ONE_ID) == 1
-    assert parse_execution_id(f"legacy-system:281474976710:{UUID}") == 281474976710
+    assert parse_execution_id(f"legacy-system:4294967295:{UUID}") == 4294967295
+
+
+@pytest.mark.parametrize("seconds", [4294967296, 281474976710, 999999999999])
+def test_it_rejects_seconds_past_the_apis_time_range(seconds):
+    assert parse_execution_id(f"legacy-system:{seconds}:{UUID}") is None
 
 
 @pytest.mark.parametrize("value", INVALID)

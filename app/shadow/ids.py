@@ -6,8 +6,10 @@ import json
 import re
 
 from ..crons import DEFINITION_FIELDS, REQUIRED_FIELDS
+from ..parse import TIME_MAX
 
-MAX_SECONDS = 281474976710  # seconds*1000 must fit in 48 bits
+# An id beyond the API's time range is invalid: an accept failure, never a refused callback.
+MAX_SECONDS = TIME_MAX
 PROJECT_ID = "default"
 _OPTIONAL_FIELDS = frozenset(DEFINITION_FIELDS) - frozenset(REQUIRED_FIELDS)
 

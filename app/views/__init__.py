@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from flask import Flask, request
 
-from .. import config, db
+from .. import config, db, retention
 from ..auth import ensure_system_app
 from ..runtime import KEY as RUNTIME_KEY
 from ..runtime import Runtime
@@ -30,6 +30,8 @@ def create_app(settings: config.Settings | None = None, init_db: bool = True) ->
     if init_db:
         with database.connection_context(), db.write_transaction():
             ensure_system_app()
+        if db.is_sqlite():
+            retention.make_reserve(settings.data_dir)  # what `prune` frees on a full disk
 
     init_app(app)
     errors.init_app(app)

@@ -7,8 +7,9 @@ from flask import Blueprint, current_app, request
 
 from .. import crons
 from ..crontab import CrontabError, change
-from ..errors import Unavailable
+from ..errors import NotFound, Unavailable
 from ..legacy import decode_json
+from ..parse import INT64_MAX
 from ..runner import start_manual
 from .common import ok, query_int, requires_scope
 
@@ -39,16 +40,23 @@ def listing():
     return ok(crons.listing(page, size))
 
 
+def _known_id(cron_id: int) -> int:
+    """A path's cron id, or 404 when it is past 64 bits (no cron has such an id)."""
+    if cron_id > INT64_MAX:
+        raise NotFound(f"Cron {cron_id} does not exist.")
+    return cron_id
+
+
 @bp.route("/<int:cron_id>", methods=["GET"])
 @requires_scope("crons")
 def show(cron_id: int):
-    return ok(crons.get(cron_id))
+    return ok(crons.get(_known_id(cron_id)))
 
 
 @bp.route("/<int:cron_id>/instances", methods=["GET"])
 @requires_scope("crons")
 def instances(cron_id: int):
-    return ok(crons.instances(cron_id, query_int("limit", 50, 1, 500)))
+    return ok(crons.instances(_known_id(cron_id), query_int("limit", 50, 1, 500)))
 
 
 @bp.route("", methods=["POST"])

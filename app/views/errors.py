@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import logging
 
-from flask import jsonify, request
+from flask import current_app, jsonify, request
 from peewee import DatabaseError, DataError, IntegrityError, InterfaceError
-from werkzeug.exceptions import HTTPException
+from werkzeug.exceptions import HTTPException, MethodNotAllowed
 
 from .. import db
 from ..runtime import KEY as RUNTIME_KEY
@@ -76,12 +76,29 @@ def answer_for(exc: Exception, runtime, max_body: int, writing: bool = True) -> 
     return 500, "Internal error; the request wrote nothing."
 
 
+def _no_options():
+    """OPTIONS is a method no path takes (no CORS, no WebDAV): a JSON 405 like any other.
+
+    Flask would answer it itself on every route with a 200 and an Allow header; this runs
+    before that, after routing, so an unknown path stays a 404.
+    """
+    if request.method == "OPTIONS" and request.url_rule is not None:
+        # Every rule of the path counts: /open/crons has one per method.
+        adapter = current_app.url_map.bind_to_environ(request.environ)
+        raise MethodNotAllowed(valid_methods=sorted(set(adapter.allowed_methods()) - {"OPTIONS"}))
+
+
 def init_app(app) -> None:
     def answer(exc):
         writing = request.method not in ("GET", "HEAD")
-        return json_error(*answer_for(exc, app.extensions[RUNTIME_KEY],
-                                      app.config["MAX_CONTENT_LENGTH"], writing))
+        response = json_error(*answer_for(exc, app.extensions[RUNTIME_KEY],
+                                          app.config["MAX_CONTENT_LENGTH"], writing))
+        if isinstance(exc, MethodNotAllowed) and exc.valid_methods:
+            response.headers["Allow"] = ", ".join(
+                sorted(set(exc.valid_methods) - {"OPTIONS"}))
+        return response
 
+    app.before_request(_no_options)
     # Registered per class so that Flask picks the same one answer_for would.
     for kind in (ApiError, QlError, HTTPException, IntegrityError, DataError, DatabaseError,
                  InterfaceError, Exception):

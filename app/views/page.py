@@ -1,7 +1,9 @@
 """The status page: read-only HTML rendered on the server, behind a signed session cookie.
 
 No JavaScript is needed; nothing is fetched from outside (routers are often offline). The
-session cookie is signed with a key kept in the data dir, so sessions survive restarts.
+session cookie is signed with a key kept in the data dir, so sessions survive restarts;
+each session is also stored on the server (auth.open_session), so sign-out, a changed
+secret or a deleted app end it whatever copies of the cookie exist.
 """
 from __future__ import annotations
 
@@ -13,7 +15,8 @@ from flask import (Blueprint, Response, current_app, g, redirect, request, strea
                    url_for)
 
 from .. import __version__, auth, crons, overview, timefmt
-from ..errors import NotFound
+from ..errors import NotFound, Unavailable
+from ..parse import INT64_MAX
 from ..shadow import reader
 
 bp = Blueprint("page", __name__, url_prefix="/page")
@@ -27,35 +30,87 @@ SECURITY_HEADERS = {
     "Content-Security-Policy": ("default-src 'none'; style-src 'unsafe-inline'; img-src 'self'; "
                                 "form-action 'self'; frame-ancestors 'none'; base-uri 'none'"),
     "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "no-referrer",
+    # Nothing leaks to other sites; "no-referrer" would also make browsers send
+    # "Origin: null" with the page's own forms, which the Origin check must refuse.
+    "Referrer-Policy": "same-origin",
     "Cache-Control": "no-store",
 }
 
 
 def _serializer():
-    """The cookie signer, made on the first page request (the key file is read once)."""
+    """The cookie signer, made on the first page request (the key file is read once).
+
+    Unavailable (a 503, never a 500) when the key file can be neither read nor written,
+    e.g. on a full disk before the first sign-in.
+    """
     signer = current_app.extensions.get("qlshadow.page")
     if signer is None:
         from itsdangerous import URLSafeTimedSerializer  # loaded with Flask already
         settings = current_app.extensions["qlshadow"]
-        key = auth.page_key(os.path.join(settings.data_dir, "page.key"))
+        path = os.path.join(settings.data_dir, "page.key")
+        try:
+            key = auth.page_key(path)
+        except OSError as exc:
+            raise Unavailable(f"The status page's signing key {path} cannot be written "
+                              f"({exc.strerror or exc}); free some space (qlshadow prune) "
+                              "and sign in again.") from None
         signer = URLSafeTimedSerializer(key, salt="qlshadow page session")
+        # Sessions are stored under an HMAC with the same key (auth.open_session).
+        current_app.extensions["qlshadow.page_key"] = key
         current_app.extensions["qlshadow.page"] = signer
     return signer
 
 
-def _viewer() -> str | None:
-    """The signed-in app's name, or None for a missing, forged, expired or revoked session."""
+def _page_key() -> bytes:
+    """The key the cookie signer was made with (after _serializer())."""
+    return current_app.extensions["qlshadow.page_key"]
+
+
+def _session() -> dict | None:
+    """The cookie's verified payload {"a", "n", "s", "t"?}, or None (missing, forged, expired)."""
     from itsdangerous import BadData
     raw = request.cookies.get(COOKIE)
     if not raw:
         return None
     try:
         data = _serializer().loads(raw, max_age=LIFETIME)
-        app_id, digest = int(data["a"]), data.get("t") or None
-    except (BadData, KeyError, TypeError, ValueError):
+        if not (type(data["a"]) is int and isinstance(data["n"], str)
+                and isinstance(data["s"], str)):
+            return None
+        return data
+    except (BadData, KeyError, TypeError, ValueError, Unavailable):
         return None
-    return auth.page_viewer(app_id, digest, int(time.time()))
+
+
+def _viewer() -> str | None:
+    """The signed-in app's name, or None for a missing, forged, expired or revoked session."""
+    data = _session()
+    if data is None:
+        return None
+    return auth.page_viewer(_page_key(), data["a"], data["n"], data["s"],
+                            data.get("t") or None, int(time.time()))
+
+
+def _foreign_origin() -> str | None:
+    """Why a POST comes from another site's page (its Origin or Referer), else None.
+
+    Browsers send Origin with every cross-site POST; a request with neither header comes
+    from no web page (curl, a script), which has no cookie of a victim to abuse.
+    """
+    from urllib.parse import urlsplit
+    origin = request.headers.get("Origin")
+    source = origin if origin is not None else request.headers.get("Referer")
+    if source is None:
+        return None
+    if source == "null" or urlsplit(source).netloc.lower() != request.host.lower():
+        return (f"This form was sent from another site ({source[:100]}); open the page here "
+                "and retry.")
+    return None
+
+
+def _limiter():
+    from ..ratelimit import signin_limiter
+    return signin_limiter(current_app.extensions)
 
 
 def login_required(view):
@@ -139,7 +194,19 @@ def login():
 
 @bp.route("/login", methods=["POST"])
 def login_submit():
+    from ..ratelimit import client_key
     client_id = request.form.get("client_id", "").strip()
+    foreign = _foreign_origin()
+    if foreign:
+        return _render("login.html", 403, error=foreign, client_id=client_id)
+    address = client_key(request.remote_addr)
+    wait = _limiter().retry_after(address)
+    if wait:
+        response = _render("login.html", 429, client_id=client_id,
+                           error=f"Too many failed sign-ins from this address; try again in "
+                                 f"{wait} s.")
+        response.headers["Retry-After"] = str(wait)
+        return response
     secret = request.form.get("client_secret", "")
     token = request.form.get("token", "").strip()
     now = int(time.time())
@@ -150,11 +217,22 @@ def login_submit():
     elif client_id and secret and "\x00" not in client_id:
         found = auth.app_for_credentials(client_id, secret)
     if found is None or auth.PAGE_SCOPE not in found.scopes.split(","):
+        if token or client_id:
+            _limiter().failed(address)
         message = ("Enter a client id and secret, or a token." if not (token or client_id)
                    else f"Those credentials are wrong, or their app lacks the "
                         f"'{auth.PAGE_SCOPE}' scope.")
         return _render("login.html", 401, error=message, client_id=client_id)
-    value = _serializer().dumps({"a": found.id, "t": digest})
+    try:
+        signer = _serializer()
+    except Unavailable as exc:
+        return _render("login.html", 503, error=exc.message, client_id=client_id)
+    from ..db import write_transaction
+    with write_transaction():
+        payload = auth.open_session(_page_key(), found, LIFETIME, now)
+    if digest:
+        payload["t"] = digest
+    value = signer.dumps(payload)
     response = redirect(url_for("page.crons_page"), code=303)
     response.set_cookie(COOKIE, value, max_age=LIFETIME, path=bp.url_prefix, httponly=True,
                         samesite="Strict", secure=request.is_secure)
@@ -163,6 +241,14 @@ def login_submit():
 
 @bp.route("/logout", methods=["POST"])
 def logout():
+    foreign = _foreign_origin()
+    if foreign:
+        return _render("login.html", 403, error=foreign)
+    data = _session()
+    if data is not None:  # ended on the server: a copy of the cookie no longer works
+        from ..db import write_transaction
+        with write_transaction():
+            auth.close_session(_page_key(), data["n"])
     response = redirect(url_for("page.login"), code=303)
     response.delete_cookie(COOKIE, path=bp.url_prefix, httponly=True, samesite="Strict")
     return response
@@ -184,6 +270,8 @@ def crons_page():
 @login_required
 def cron_page(cron_id: int):
     try:
+        if cron_id > INT64_MAX:  # no cron has such an id, and the database cannot compare it
+            raise NotFound(f"Cron {cron_id} does not exist.")
         cron = crons.get(cron_id)
     except NotFound:
         return _render("missing.html", 404, what=f"Cron {cron_id} does not exist.")

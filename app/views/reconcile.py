@@ -6,13 +6,12 @@ import time
 from flask import Blueprint
 
 from ..errors import InvalidInput
-from ..parse import INT64_MAX
+from ..parse import INT64_MAX, TIME_MAX
 from .common import ok, query_int, requires_scope
 
 bp = Blueprint("reconcile", __name__, url_prefix="/open/reconcile")
 
 WEEK = 7 * 86400
-EPOCH_MAX = 281474976710  # the largest seconds an execution id may carry
 
 
 @bp.route("", methods=["GET"])
@@ -20,8 +19,8 @@ EPOCH_MAX = 281474976710  # the largest seconds an execution id may carry
 def report():
     from ..reconcile import ReconcileError, reconcile  # only this route needs cronsim
     now = int(time.time())
-    until = query_int("until", now, 1, EPOCH_MAX)
-    since = query_int("since", max(0, until - WEEK), 0, EPOCH_MAX)
+    until = query_int("until", now, 1, TIME_MAX)
+    since = query_int("since", max(0, until - WEEK), 0, TIME_MAX)
     try:
         return ok(reconcile(since, until, query_int("cron_id", None, 1, INT64_MAX),
                             query_int("stuck_after", 3600, 0, 10**9), now=now))

@@ -14,7 +14,7 @@ SKEWED = {
     "epoch_second_1": 1,
     "year_2001": 978_307_200,
     "year_2090": 3_786_912_000,
-    "largest_allowed": 281_474_976_710,
+    "largest_allowed": 4_294_967_295,
 }
 
 

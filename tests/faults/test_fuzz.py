@@ -29,10 +29,11 @@ json_values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=4)
                            | st.dictionaries(st.text(max_size=8), inner, max_size=4),
                            max_leaves=10)
 digit_strings = st.from_regex(r"\A[0-9]{1,22}\Z")
+TIME_MAX = 2**32 - 1  # the API's latest second (docs/CONTRACT.md §2.3)
 near_valid_ids = st.builds(
     lambda s, u, case: (f"legacy-system:{s}:{u}".upper() if case else f"legacy-system:{s}:{u}"),
-    st.integers(min_value=-1, max_value=281_474_976_712), st.uuids(), st.booleans())
-valid_ids = st.integers(min_value=1, max_value=281_474_976_710).map(execution_id)
+    st.integers(min_value=-1, max_value=TIME_MAX + 2), st.uuids(), st.booleans())
+valid_ids = st.integers(min_value=1, max_value=TIME_MAX).map(execution_id)
 
 storable_text = st.text(alphabet=st.characters(blacklist_categories=("Cs",),
                                                blacklist_characters="\x00"), max_size=40)
@@ -44,8 +45,8 @@ VALID = {
     "pid": st.integers(min_value=0, max_value=INT64) | st.from_regex(r"\A[0-9]{1,18}\Z")
     | st.sampled_from(["", "''", None]),
     "log_path": storable_text | st.none(),
-    "last_execution_time": st.integers(min_value=0, max_value=INT64) | st.none(),
-    "last_running_time": st.integers(min_value=0, max_value=INT64) | st.none(),
+    "last_execution_time": st.integers(min_value=0, max_value=TIME_MAX) | st.none(),
+    "last_running_time": st.integers(min_value=0, max_value=TIME_MAX) | st.none(),
     "exit_code": st.integers(min_value=-2**31, max_value=2**31 - 1) | st.none(),
     "execution_id": valid_ids | near_valid_ids | st.none(),
 }
@@ -58,8 +59,10 @@ BROKEN = {
     | digit_strings | json_values,
     "log_path": st.text(min_size=1025, max_size=1030) | st.text(max_size=10).map("\x00".__add__)
     | json_values,
-    "last_execution_time": st.integers(max_value=-1) | st.integers(min_value=2**63) | json_values,
-    "last_running_time": st.integers(max_value=-1) | st.integers(min_value=2**63) | json_values,
+    "last_execution_time": st.integers(max_value=-1) | st.integers(min_value=TIME_MAX + 1)
+    | json_values,
+    "last_running_time": st.integers(max_value=-1) | st.integers(min_value=TIME_MAX + 1)
+    | json_values,
     "exit_code": st.integers(min_value=2**31) | st.integers(max_value=-2**31 - 1) | json_values,
     "execution_id": json_values,
 }
