@@ -574,9 +574,13 @@ def cmd_prune(args) -> int:
     import time
 
     from . import retention
-    # create=False: on a full disk prune must not try to create anything before it frees space.
-    settings, database = _open(args, create=False)
-    _print_json(retention.prune(settings, int(time.time())))
+    # On a full disk prune must not try to create anything before it frees space: the
+    # reserve goes before the database is opened, and nothing is created (create=False).
+    settings = _settings(args)
+    released = config.sqlite_file(settings.db_url) is not None and \
+        retention.release_reserve(settings.data_dir)
+    db.open_database(settings, create=False)
+    _print_json(retention.prune(settings, int(time.time()), released))
     return 0
 
 

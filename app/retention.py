@@ -304,19 +304,21 @@ def prune_log_folder(folder: str, policy: Policy, now: int, limit: int | None) -
 
 # --- `qlshadow prune` -----------------------------------------------------------------------
 
-def prune(settings, now: int) -> dict:
+def prune(settings, now: int, released: bool = False) -> dict:
     """Delete everything due now, in short transactions; returns what was deleted.
 
     On a (nearly) full partition the reserve file goes first, then task logs: both free the
     space the database needs to delete. The WAL is kept small while deleting, then
     checkpointed and truncated, giving its space back; the reserve is made again last.
+    `released` says the caller released the reserve already (before opening the database,
+    which on SQLite needs room for its shared-memory file).
     """
     from .db import checkpoint, connected, is_sqlite, write_transaction
     from .models import Token
 
     policy = policy_of(settings)
     sqlite = settings.db_url.startswith("sqlite:")
-    released = sqlite and release_reserve(settings.data_dir)
+    released = released or (sqlite and release_reserve(settings.data_dir))
     done = {"runs": 0, "instances": 0, "tokens": 0, "log_files": 0, "log_bytes": 0}
     if policy.logs_on and os.path.isdir(policy.log_dir):
         for entry in sorted(os.scandir(policy.log_dir), key=lambda e: e.name):
