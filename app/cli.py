@@ -293,54 +293,6 @@ def cmd_reconcile(args) -> int:
     return GATE_EXIT[data["gate"]["verdict"]]
 
 
-<<<<<<< HEAD
-=======
-_COLUMNS = (("cron", "cron_id"), ("name", "name"), ("schedule", "schedule"),
-            ("expected", "expected"), ("runs", "runs"), ("exited", "exited"),
-            ("running", "running"), ("failed", "failed"), ("finish_only", "finish_only"),
-            ("stuck", "stuck"), ("missed", "missed"), ("double", "double"),
-            ("unmatched", "unmatched_instances"), ("drift", "drift"), ("invalid", "invalid"),
-            ("verdict", "verdict"))
-
-
-def format_report(data: dict) -> str:
-    """The gate's report as a plain table, then the reasons."""
-    import time
-
-    def when(t):
-        return time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(t))
-
-    def cell(report, key):
-        value = report[key]
-        if key in ("missed", "double"):
-            return str(len(value) + report[key + "_omitted"])
-        if key == "name" and len(value) > 24:
-            return value[:23] + "~"
-        return str(value)
-
-    window, gate = data["window"], data["gate"]
-    lines = [f"reconcile {when(window['since'])} .. {when(window['until'])}: "
-             f"{gate['verdict'].upper()}"]
-    rows = [[title for title, _ in _COLUMNS]]
-    rows += [[cell(r, key) for _, key in _COLUMNS] for r in data["crons"]]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(_COLUMNS))]
-    text_columns = {1, 2, len(_COLUMNS) - 1}
-    for row in rows:
-        lines.append("  ".join(v.ljust(w) if i in text_columns else v.rjust(w)
-                               for i, (v, w) in enumerate(zip(row, widths))).rstrip())
-    for r in data["crons"]:
-        if r["definition_changed"]:
-            lines.append(f"note: cron {r['cron_id']} changed its definition in or after the "
-                         "window; firings are judged from "
-                         + (when(r["evaluated_from"]) if r["evaluated_from"] else "nowhere"))
-    if gate["failures"]:
-        lines.append("accept failures: " + ", ".join(
-            f"{reason} {count}" for reason, count in sorted(gate["failures"].items())))
-    for reason in gate["reasons"]:
-        lines.append(f"- {reason}")
-    return "\n".join(lines) + "\n"
-
-
 def cmd_notify(args) -> int:
     """Send a test message through every configured notification channel, one line each."""
     from . import notify  # only this command sends notifications: keep it off other paths
@@ -357,7 +309,6 @@ def cmd_notify(args) -> int:
     return 1 if failed else 0
 
 
->>>>>>> notify
 def cmd_prune(args) -> int:
     import time
 
