@@ -71,6 +71,19 @@ _CHECKS = {
 }
 DEFINITION_FIELDS = tuple(_CHECKS)
 REQUIRED_FIELDS = ("name", "command", "schedule")
+GRACE_MAX = 7 * 86400  # a weekly job may be allowed a day late; more is never a grace
+
+
+def _grace(value, key: str):
+    if value is None or (type(value) is int and 0 <= value <= GRACE_MAX):
+        return value
+    raise InvalidInput(f"'{key}' must be whole seconds from 0 to {GRACE_MAX}, or null for "
+                       "the default from the schedule.")
+
+
+# How the cron is watched, not what it runs: kept out of DEFINITION_FIELDS, so changing it
+# leaves the task revision (and every Run's replay check) as it was.
+_MONITOR_CHECKS = {"grace": _grace}
 
 
 def validate(data, partial: bool) -> dict:
@@ -81,6 +94,9 @@ def validate(data, partial: bool) -> dict:
     for key, check in _CHECKS.items():
         if key in data or (not partial and key in REQUIRED_FIELDS):
             values[key] = check(data.get(key), key)
+    for key, check in _MONITOR_CHECKS.items():
+        if key in data:
+            values[key] = check(data[key], key)
     return values
 
 
@@ -172,6 +188,7 @@ def to_json(row: dict) -> dict:
         "last_execution_time": row["last_execution_time"],
         "last_running_time": row["last_running_time"], "isDisabled": row["is_disabled"],
         "createdAt": row["created_at"], "updatedAt": row["updated_at"],
+        "grace": row.get("grace"),
     })
     return doc
 

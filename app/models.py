@@ -68,6 +68,9 @@ class Cron(BaseModel):
     last_execution_time = BigIntegerField(null=True)
     last_running_time = BigIntegerField(null=True)
     is_disabled = SmallIntegerField(default=0)
+    # Seconds a due firing may go without a record before it counts as missed (health.py);
+    # null: a default from the schedule. Monitoring only: not part of the task revision.
+    grace = IntegerField(null=True)
     created_at = BigIntegerField()
     updated_at = BigIntegerField()
 
