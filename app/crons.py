@@ -82,7 +82,8 @@ def _grace(value, key: str):
 
 
 # How the cron is watched, not what it runs: kept out of DEFINITION_FIELDS, so changing it
-# leaves the task revision (and every Run's replay check) as it was.
+# leaves the task revision (and every Run's replay check) as it was; and out of the 2.x
+# cron document, which GET /open/crons/health completes with the grace in effect.
 _MONITOR_CHECKS = {"grace": _grace}
 
 
@@ -188,7 +189,6 @@ def to_json(row: dict) -> dict:
         "last_execution_time": row["last_execution_time"],
         "last_running_time": row["last_running_time"], "isDisabled": row["is_disabled"],
         "createdAt": row["created_at"], "updatedAt": row["updated_at"],
-        "grace": row.get("grace"),
     })
     return doc
 

@@ -15,7 +15,7 @@ from qlshadow import db, health
 from qlshadow.auth import create_app_record, issue_token
 from qlshadow.models import App, Cron, RunningInstance, ShadowRun
 from conftest import SHADOW_ON, STATUS_PATH, cli_env, run_cli
-from reconcile_history import execution_id, local_zone, new_cron
+from reconcile_history import execution_id, fire, local_zone, new_cron
 
 BASE = 1764460800  # 2025-11-30 00:00 UTC: a multiple of every interval used here
 MIN = 60
@@ -224,15 +224,17 @@ def test_a_grace_set_on_the_cron_replaces_the_default(client, auth):
     response = client.post("/open/crons", json={"name": "g", "command": "true",
                                                 "schedule": "*/10 * * * *", "grace": 300},
                            headers=auth)
-    assert response.status_code == 200 and response.get_json()["data"]["grace"] == 300
+    assert response.status_code == 200 and "grace" not in response.get_json()["data"]
     cron_id = response.get_json()["data"]["id"]
     with db.connected(), db.write_transaction():
         Cron.update(created_at=BASE - 3600, updated_at=BASE - 3600).where(Cron.id == cron_id).execute()
     every_ten(client, auth, cron_id, BASE - 3000, BASE - 600)
     assert state_of(cron_id, BASE + 359)["state"] == "late"
     assert state_of(cron_id, BASE + 360)["state"] == "missed"
+    assert state_of(cron_id, BASE + 360)["grace"] == 300
     assert client.put("/open/crons", json={"id": cron_id, "grace": None},
-                      headers=auth).get_json()["data"]["grace"] is None
+                      headers=auth).status_code == 200
+    assert state_of(cron_id, BASE + 360)["grace"] == 60
 
 
 @pytest.mark.parametrize("value", [-1, 7 * 86400 + 1, "60", 1.5, True, [60]])
@@ -343,3 +345,36 @@ def test_evaluate_needs_no_database():
     h = health.evaluate(cron, done, firings, BASE + 100)
     assert (h["state"], h["grace"], h["next_expected"]) == ("late", 360, BASE + 3600)
     assert health.evaluate(cron, done, firings, BASE + 60 + 360)["state"] == "missed"
+
+
+# --- the gate counts failures ---------------------------------------------------------------
+
+def gate_report(cron_id: int) -> dict:
+    from qlshadow.reconcile import reconcile
+    with db.connected():
+        return reconcile(BASE, BASE + 3600, cron_id, now=BASE + 3600 + 120)
+
+
+def test_the_gate_fails_a_cron_whose_runs_exit_non_zero(client, auth):
+    cron_id = new_cron(client, auth, "*/10 * * * *", BASE - 3600)
+    for at in range(BASE, BASE + 3600, 600):
+        fire(client, auth, cron_id, at, exit_code=2 if at == BASE + 1200 else 0)
+    data = gate_report(cron_id)
+    report = data["crons"][0]
+    assert (report["failed"], report["missed"], report["verdict"]) == (1, [], "fail")
+    assert report["reasons"] == ["1 of 6 finished Runs exited with a non-zero code: crond "
+                                 "started them and the task failed"]
+    assert data["gate"]["verdict"] == "fail"
+    assert data["gate"]["reasons"] == [f"cron {cron_id} (job): {report['reasons'][0]}"]
+
+
+def test_the_gate_explains_manual_runs_without_failing_for_them(client, auth):
+    cron_id = new_cron(client, auth, "*/10 * * * *", BASE - 3600)
+    for at in range(BASE, BASE + 3600, 600):
+        fire(client, auth, cron_id, at)
+    run(client, auth, cron_id, BASE + 185, scheduled=False, exit_code=1)
+    report = gate_report(cron_id)["crons"][0]
+    assert (report["unmatched_instances"], report["failed"], report["verdict"]) == (1, 0, "pass")
+    assert report["reasons"] == ["1 Legacy instance(s) have no Run: manual runs (PUT "
+                                 "/open/crons/run, `qlshadow cron run`) or runs without the "
+                                 "scheduled_system marker, which never become Runs"]
