@@ -187,6 +187,22 @@ def cmd_token_runner(args) -> int:
     return 0
 
 
+def cmd_token_metrics(args) -> int:
+    """Print a new scrape token that never expires, or (--revoke) revoke every one."""
+    from .auth import issue_metrics_token, revoke_metrics_tokens
+    _, database = _open(args)
+    try:
+        with database.connection_context(), db.write_transaction():
+            result = revoke_metrics_tokens() if args.revoke else issue_metrics_token()
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
+    if args.revoke:
+        print(f"revoked {result} metrics token(s); scrapes using them get 401 within a minute")
+    else:
+        print(result)
+    return 0
+
+
 def _write(args, fn, *fn_args, sync: bool = False):
     """Run fn in one write transaction; with sync, re-render and install the crontab after."""
     settings, database = _open(args)
@@ -411,6 +427,10 @@ def build_parser() -> argparse.ArgumentParser:
                       ).set_defaults(func=cmd_token_system)
     toksub.add_parser("runner", help="write a callback-only token for task.sh to "
                       "$QL_DATA_DIR/runner-token.json (0600)").set_defaults(func=cmd_token_runner)
+    q = toksub.add_parser("metrics", help="print a new metrics-only token that never expires "
+                          "(for GET /metrics); --revoke revokes every such token")
+    q.add_argument("--revoke", action="store_true", help="revoke every metrics token instead")
+    q.set_defaults(func=cmd_token_metrics)
 
     p = sub.add_parser("cron", help="manage crons")
     p.set_defaults(func=cmd_cron)

@@ -7,6 +7,7 @@ which reads what it needs for every cron in a few statements, each an index seek
 """
 from __future__ import annotations
 
+import bisect
 import time
 
 from .models import Cron, database
@@ -131,12 +132,11 @@ def evaluate(cron: dict, executions: list, firings: Firings, now: int,
     judged_from = max(cron["created_at"], cron["updated_at"])
     due = [f for f in firings.due if f > judged_from]
 
+    by_start = sorted(execs, key=lambda e: e.start)
+    starts = [e.start for e in by_start]
+
     def started(firing: int) -> bool:
-        # A record starting from the firing until its grace ran out; a known manual run
-        # counts only in the firing's own minute (as in the gate).
-        return any(firing <= e.start < firing + _MINUTE + grace
-                   and (e.scheduled is not False or e.start // _MINUTE == firing // _MINUTE)
-                   for e in execs)
+        return _started(firing, starts, by_start, grace)
 
     late = None
     if due and not started(due[-1]):
@@ -183,6 +183,26 @@ def evaluate(cron: dict, executions: list, firings: Firings, now: int,
     code = "with code 0" if last.exit_code == 0 else "with no exit code reported"
     return state("ok", streak.end if streak.end is not None else streak.start,
                  f"Its last execution, started {_when(last.start)}, exited {code}.")
+
+
+def _started(firing: int, starts: list, by_start: list, grace: int) -> bool:
+    """Whether a record stands for the firing: one starting from it until its grace ran
+    out; a known manual run only in the firing's own minute (as in the gate)."""
+    i = bisect.bisect_left(starts, firing)
+    while i < len(starts) and starts[i] < firing + _MINUTE + grace:
+        e = by_start[i]
+        if e.scheduled is not False or e.start // _MINUTE == firing // _MINUTE:
+            return True
+        i += 1
+    return False
+
+
+def missed_firings(cron: dict, executions: list, expected: list, grace: int, now: int) -> int:
+    """How many of the firings in `expected` have no record and are past their grace."""
+    by_start = sorted(executions, key=lambda e: e.start)
+    starts = [e.start for e in by_start]
+    return sum(1 for f in expected
+               if now >= f + _MINUTE + grace and not _started(f, starts, by_start, grace))
 
 
 def order(healths: list) -> list:
@@ -296,6 +316,14 @@ class _Schedules:
                 break
         return Firings(due[-2:], upcoming, lambda t: self._first_after(schedule, t))
 
+    def between(self, schedule: str, lo: int, hi: int) -> list:
+        """The firings in [lo, hi), lo at most a month before now (else from a month ago)."""
+        for window in _WINDOWS[:3]:
+            if lo >= self.now - window or window == _WINDOWS[2]:
+                return [f for f in self._firings(schedule, self.now - window, self.now + 1)
+                        if lo <= f < hi]
+        return []
+
     def _first_after(self, schedule: str, t: int) -> int | None:
         # The windows around() already used, so their clocks are reused; a streak of misses
         # older than a month is reported from a month ago.
@@ -308,8 +336,13 @@ class _Schedules:
         return None
 
 
-def read_all(now: int | None = None, shadow: bool = True, cron_id: int | None = None) -> list:
-    """The health of every cron (or one), problems first (see order); read-only."""
+def read_all(now: int | None = None, shadow: bool = True, cron_id: int | None = None,
+             count_missed: bool = False) -> list:
+    """The health of every cron (or one), problems first (see order); read-only.
+
+    count_missed adds "missed_recent" to each: the missed firings since the oldest of its
+    recent executions (or since it was created or last changed), at most a month back.
+    """
     from .reconcile import is_active
     now = int(time.time()) if now is None else now
     with database.atomic():  # one snapshot; a read takes no write lock
@@ -327,5 +360,18 @@ def read_all(now: int | None = None, shadow: bool = True, cron_id: int | None = 
     for cron in crons:
         active = is_active(cron)
         firings = schedules.around(cron["schedule"]) if active else NO_FIRINGS
-        healths.append(evaluate(cron, recent[cron["id"]], firings, now, older.get(cron["id"])))
+        found = evaluate(cron, recent[cron["id"]], firings, now, older.get(cron["id"]))
+        if count_missed:
+            found["missed_recent"] = _missed_recent(cron, recent[cron["id"]], found["grace"],
+                                                    schedules, now) if active else 0
+        healths.append(found)
     return order(healths)
+
+
+def _missed_recent(cron: dict, executions: list, grace: int, schedules: _Schedules,
+                   now: int) -> int:
+    judged_from = max(cron["created_at"], cron["updated_at"]) + 1
+    lo = min((e.start for e in executions), default=judged_from)
+    lo = max(lo, judged_from, now - 31 * _DAY)
+    expected = schedules.between(cron["schedule"], lo, now - _MINUTE - grace + 1)
+    return missed_firings(cron, executions, expected, grace, now)
