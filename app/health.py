@@ -222,14 +222,18 @@ def public(health: dict) -> dict:
 # --- reads -------------------------------------------------------------------------------
 
 # One branch per cron, each an index seek that reads RECENT rows: running_instances_cron
-# (cron_id, id) and shadow_runs_cron (cron_id, accepted_at, id). UNION ALL keeps it one
-# statement on both databases (SQLite has no LATERAL).
+# (cron_id, id), and shadow_runs_cron (cron_id, accepted_at, id), which alone answers the
+# Runs' read (no lookup of the row). UNION ALL keeps it one statement on both databases
+# (SQLite has no LATERAL).
 _INSTANCES = ('SELECT * FROM (SELECT "cron_id", "pid", "started_at", "finished_at", "exit_code" '
               'FROM "running_instances" WHERE "cron_id" = {id} ORDER BY "id" DESC LIMIT {n}) '
               'AS "i{id}"')
-_RUNS = ('SELECT * FROM (SELECT "cron_id", "pid", "accepted_at", "finished_at", "exit_code", '
-         '"state" FROM "shadow_runs" WHERE "cron_id" = {id} '
-         'ORDER BY "accepted_at" DESC, "id" DESC LIMIT {n}) AS "r{id}"')
+_RUN_STARTS = ('SELECT * FROM (SELECT "cron_id", "accepted_at" FROM "shadow_runs" '
+               'WHERE "cron_id" = {id} ORDER BY "accepted_at" DESC, "id" DESC LIMIT {n}) '
+               'AS "r{id}"')
+# The few Runs no instance stands for (their start callback was lost): read whole.
+_RUN_ROWS = ('SELECT "cron_id", "accepted_at", "finished_at", "exit_code", "state" '
+             'FROM "shadow_runs" WHERE "cron_id" = {id} AND "accepted_at" = {at}')
 # A cron with no success among its recent executions: its newest success, index-ordered.
 _INSTANCE_SUCCESS = ('SELECT * FROM (SELECT "cron_id", "finished_at" FROM "running_instances" '
                      'WHERE "cron_id" = {id} AND "exit_code" = 0 AND "finished_at" IS NOT NULL '
@@ -237,46 +241,42 @@ _INSTANCE_SUCCESS = ('SELECT * FROM (SELECT "cron_id", "finished_at" FROM "runni
 _CHUNK = 200  # branches per statement (SQLite allows 500 terms in a compound SELECT)
 
 
-def _union(template: str, ids: list, n: int = RECENT):
-    for lo in range(0, len(ids), _CHUNK):
-        sql = " UNION ALL ".join(template.format(id=int(i), n=n) for i in ids[lo:lo + _CHUNK])
+def _union(template: str, keys: list, n: int = RECENT):
+    """Rows of template for each key (a cron id, or a (cron id, instant) pair)."""
+    for lo in range(0, len(keys), _CHUNK):
+        sql = " UNION ALL ".join(
+            template.format(id=int(k), n=n) if not isinstance(k, tuple)
+            else template.format(id=int(k[0]), at=int(k[1])) for k in keys[lo:lo + _CHUNK])
         yield from database.obj.execute_sql(sql)
 
 
 def recent_executions(ids: list, shadow: bool) -> dict:
     """{cron_id: [Execution]}: each cron's newest instances and Runs, merged where they are
-    one execution (same pid, and the instance started in the Run's accepted second)."""
+    one execution (an instance that started in the very second its Run was accepted: task.sh
+    makes the execution id from that second)."""
     instances: dict = {}
     for cron_id, pid, started, finished, code in _union(_INSTANCES, ids):
         instances.setdefault(cron_id, []).append((pid, started, finished, code))
-    runs: dict = {}
-    for cron_id, pid, accepted, finished, code, state in _union(_RUNS, ids):
-        runs.setdefault(cron_id, []).append((pid, accepted, finished, code, state))
-    out = {}
+    run_starts: dict = {}
+    for cron_id, accepted in _union(_RUN_STARTS, ids):
+        run_starts.setdefault(cron_id, []).append(accepted)
+    out, lone = {}, []
     for cron_id in ids:
-        mine, theirs = instances.get(cron_id, []), runs.get(cron_id, [])
+        mine, theirs = instances.get(cron_id, []), run_starts.get(cron_id, [])
         # Where a source holds more history than was read, the other's older rows would
         # find no partner: keep only the span both reads cover.
-        cutoff = max([rows[-1][1] for rows in (mine, theirs) if len(rows) >= RECENT],
-                     default=None)
-        by_start = {(pid, accepted): (finished, code, state)
-                    for pid, accepted, finished, code, state in theirs}
-        execs = []
-        for pid, started, finished, code in mine:
-            run = by_start.pop((pid, started), None)
-            if run is not None:
-                done = finished is not None or run[2] == "exited"
-                execs.append(Execution(started, finished if finished is not None else run[0],
-                                       code if finished is not None else run[1], not done,
-                                       True, pid))
-            else:
-                execs.append(Execution(started, finished, code, finished is None,
-                                       False if shadow else None, pid))
-        for (pid, accepted), (finished, code, state) in by_start.items():
-            execs.append(Execution(accepted, finished, code, state != "exited", True, pid))
-        if cutoff is not None:
-            execs = [e for e in execs if e.start >= cutoff]
+        cutoff = max(([mine[-1][1]] if len(mine) >= RECENT else [])
+                     + ([theirs[-1]] if len(theirs) >= RECENT else []), default=None)
+        scheduled = set(theirs)
+        execs = [Execution(started, finished, code, finished is None,
+                           True if started in scheduled else (False if shadow else None), pid)
+                 for pid, started, finished, code in mine
+                 if cutoff is None or started >= cutoff]
+        seen = {e.start for e in execs}
+        lone.extend((cron_id, at) for at in scheduled - seen if cutoff is None or at >= cutoff)
         out[cron_id] = execs
+    for cron_id, accepted, finished, code, state in (_union(_RUN_ROWS, lone) if lone else ()):
+        out[cron_id].append(Execution(accepted, finished, code, state != "exited", True))
     return out
 
 
@@ -291,28 +291,39 @@ class _Schedules:
     def __init__(self, now: int):
         self.now = now
         self._clocks: dict = {}
+        self._found: dict = {}  # (schedule, (lo, hi)) -> firings: crons share schedules
+        self._around: dict = {}
 
     def _firings(self, schedule: str, lo: int, hi: int) -> list:
         from .reconcile import LocalClock, firings
         key = (lo, hi)
-        clock = self._clocks.get(key)
-        if clock is None:
-            clock = self._clocks[key] = LocalClock(lo - 2 * _DAY, hi + 2 * _DAY)
-        return firings(schedule, lo, hi, clock)
+        found = self._found.get((schedule, key))
+        if found is None:
+            clock = self._clocks.get(key)
+            if clock is None:
+                clock = self._clocks[key] = LocalClock(lo - 2 * _DAY, hi + 2 * _DAY)
+            found = self._found[(schedule, key)] = firings(schedule, lo, hi, clock)
+        return found
 
     def around(self, schedule: str) -> Firings:
+        found = self._around.get(schedule)
+        if found is None:
+            found = self._around[schedule] = self._search(schedule)
+        return found
+
+    def _search(self, schedule: str) -> Firings:
         now = self.now
         due_before = now - _MINUTE + 1  # a firing is due once its minute has ended
         due: list = []
-        for window in _WINDOWS:
-            due = [f for f in self._firings(schedule, now - window, now + 1) if f < due_before]
-            if len(due) >= 2:
-                break
         upcoming = None
         for window in _WINDOWS:
-            later = self._firings(schedule, now + 1, now + 1 + window)
-            if later:
+            # Both directions in one evaluation; wider only while something is missing.
+            found = self._firings(schedule, now - window, now + 1 + window)
+            due = [f for f in found if f < due_before]
+            later = [f for f in found if f > now]
+            if upcoming is None and later:
                 upcoming = later[0]
+            if len(due) >= 2 and upcoming is not None:
                 break
         return Firings(due[-2:], upcoming, lambda t: self._first_after(schedule, t))
 
@@ -320,7 +331,7 @@ class _Schedules:
         """The firings in [lo, hi), lo at most a month before now (else from a month ago)."""
         for window in _WINDOWS[:3]:
             if lo >= self.now - window or window == _WINDOWS[2]:
-                return [f for f in self._firings(schedule, self.now - window, self.now + 1)
+                return [f for f in self._firings(schedule, self.now - window, self.now + 1 + window)
                         if lo <= f < hi]
         return []
 
@@ -330,7 +341,7 @@ class _Schedules:
         for window in _WINDOWS[:3]:
             if t + 1 < self.now - window and window != _WINDOWS[2]:
                 continue
-            found = [f for f in self._firings(schedule, self.now - window, self.now + 1) if f > t]
+            found = [f for f in self._firings(schedule, self.now - window, self.now + 1 + window) if f > t]
             if found:
                 return found[0]
         return None
