@@ -378,3 +378,38 @@ def test_the_gate_explains_manual_runs_without_failing_for_them(client, auth):
     assert report["reasons"] == ["1 Legacy instance(s) have no Run: manual runs (PUT "
                                  "/open/crons/run, `qlshadow cron run`) or runs without the "
                                  "scheduled_system marker, which never become Runs"]
+
+
+# --- cheap on both databases ------------------------------------------------------------------
+
+def test_the_health_read_is_a_few_statements_each_served_by_an_index(client, auth, monkeypatch):
+    from test_indexed_reads import full_scans_and_sorts
+    busy = new_cron(client, auth, "* * * * *", BASE - 86400, name="busy")
+    run(client, auth, busy, BASE - 3600 + 1)
+    for minute in range(health.RECENT + 1):  # no success among the recent: one more read
+        run(client, auth, busy, BASE + minute * 60 + 1, exit_code=1)
+    lone = new_cron(client, auth, "*/10 * * * *", BASE - 3600, name="lone")
+    body = {"ids": [lone], "status": 1, "pid": 7, "exit_code": 0, "last_execution_time": BASE + 1,
+            "execution_id": execution_id(BASE + 1)}  # a Run without an instance: one more read
+    assert client.put(STATUS_PATH, json=body, headers=auth).status_code == 200
+    statements = []
+    database = db.database.obj
+    original = database.execute_sql
+
+    def record(sql, params=None, *args, **kwargs):
+        if sql.lstrip().upper().startswith("SELECT"):
+            statements.append((sql, tuple(params or ())))
+        return original(sql, params, *args, **kwargs)
+
+    with db.connected():
+        monkeypatch.setattr(database, "execute_sql", record)
+        healths = health.read_all(BASE + (health.RECENT + 1) * 60 + 30)
+        monkeypatch.undo()
+        assert {h["name"]: h["state"] for h in healths} == {"busy": "failed", "lone": "missed"}
+        assert len(statements) == 5  # crons, instances, Run starts, lone Runs, older success
+        for sql, params in statements:
+            bad = [line for line in full_scans_and_sorts(sql, params)
+                   # SQLite reads each UNION ALL branch's subquery as a co-routine: "SCAN i1".
+                   if not (db.is_sqlite() and line.split()[:1] == ["SCAN"]
+                           and line.split()[1][:1] in "irs" and line.split()[1][1:].isdigit())]
+            assert bad == [], sql
