@@ -340,3 +340,27 @@ def test_the_exposition_passes_promtool_check_metrics(make_cron, app):
     result = subprocess.run([promtool(), "check", "metrics"], input=response.get_data(as_text=True),
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_every_series_the_alert_rules_use_is_exposed(make_settings):
+    import os
+    import re
+
+    from conftest import ROOT
+    from qlshadow.views import create_app
+    with open(os.path.join(ROOT, "conf", "qlshadow-alerts.yml"), encoding="utf-8") as fh:
+        used = set(re.findall(r"\b(qlshadow_\w+)", fh.read()))
+    settings = make_settings(QL_SCHEDULER="system", QL_CRONTAB_INSTALL="")
+    app = create_app(settings)
+    try:
+        client = app.test_client()
+        headers = {"Authorization": f"Bearer {metrics_token(settings)}"}
+        with db.database.connection_context(), db.write_transaction():
+            from qlshadow.crons import create
+            create({"name": "a", "command": "true", "schedule": "0 3 * * *"})
+        text = client.get("/metrics", headers=headers).get_data(as_text=True)
+    finally:
+        db.discard_connection()
+    exposed = {line.split("{")[0].split()[0] for line in text.splitlines()
+               if line and not line.startswith("#")}
+    assert used and used <= exposed, used - exposed
