@@ -169,7 +169,8 @@ def evaluate(cron: dict, executions: list, firings: Firings, now: int,
         return state("running", newest.start, f"It has been running since {_when(newest.start)}.")
     if not execs:
         if firings is NO_FIRINGS:
-            why = "crond never starts it (disabled, @once, @boot, 6 fields or extra schedules)"
+            why = ("no firing is expected (@once, @boot, 6 fields, extra schedules, or a date "
+                   "that never comes)")
         else:
             why = "no firing has come due since it was created or last changed"
         return state("new", cron["created_at"], f"It has never run, and {why}.")
@@ -308,7 +309,12 @@ class _Schedules:
     def around(self, schedule: str) -> Firings:
         found = self._around.get(schedule)
         if found is None:
-            found = self._around[schedule] = self._search(schedule)
+            from cronsim import CronSimError
+            try:
+                found = self._search(schedule)
+            except (CronSimError, ValueError):  # a date no calendar has (31 February)
+                found = NO_FIRINGS
+            self._around[schedule] = found
         return found
 
     def _search(self, schedule: str) -> Firings:
@@ -363,7 +369,7 @@ def read_all(now: int | None = None, shadow: bool = True, cron_id: int | None = 
         crons = list(query.dicts())
         ids = [c["id"] for c in crons]
         recent = recent_executions(ids, shadow)
-        lacking = [i for i in ids if len(recent[i]) >= RECENT
+        lacking = [i for i in ids if recent[i]
                    and not any(not e.open and e.exit_code == 0 for e in recent[i])]
         older = _older_successes(lacking)
     schedules = _Schedules(now)
