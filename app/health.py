@@ -12,7 +12,8 @@ import time
 
 from .models import Cron, database
 
-# Problems first, in the order a cron shows the worse of two (e.g. stuck and missed).
+# Every state, the problems first. evaluate() takes the first that holds in the order
+# paused, stuck, missed, failed, late, running, new, ok (docs/CONTRACT.md §12).
 STATES = ("failed", "missed", "stuck", "late", "running", "new", "paused", "ok")
 PROBLEMS = ("failed", "missed", "stuck", "late")
 # Listing order: problems (newest first), then these groups in this order.
@@ -174,9 +175,7 @@ def evaluate(cron: dict, executions: list, firings: Firings, now: int,
         else:
             why = "no firing has come due since it was created or last changed"
         return state("new", cron["created_at"], f"It has never run, and {why}.")
-    if last is None:  # only open executions older than a newer open one: cannot happen
-        return state("running", newest.start, f"It has been running since {_when(newest.start)}.")
-    streak = last
+    streak = last  # not None: the newest execution is finished, or it returned above
     for e in finished[1:]:
         if e.exit_code not in (0, None):
             break
