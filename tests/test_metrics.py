@@ -364,3 +364,53 @@ def test_every_series_the_alert_rules_use_is_exposed(make_settings):
     exposed = {line.split("{")[0].split()[0] for line in text.splitlines()
                if line and not line.startswith("#")}
     assert used and used <= exposed, used - exposed
+
+
+RULE_TESTS = """\
+rule_files: [{rules}]
+evaluation_interval: 1m
+tests:
+  - interval: 1m
+    input_series:
+      - series: 'qlshadow_cron_state{{cron_id="1",name="daily",state="missed"}}'
+        values: '0 1 1 1'
+      - series: 'qlshadow_cron_state{{cron_id="2",name="fine",state="missed"}}'
+        values: '0 0 0 0'
+      - series: 'qlshadow_cron_state{{cron_id="2",name="fine",state="failed"}}'
+        values: '0 0 0 0'
+      - series: 'qlshadow_data_free_bytes{{instance="router"}}'
+        values: '1048576x10'
+    alert_rule_test:
+      - eval_time: 2m
+        alertname: CronMissed
+        exp_alerts:
+          - exp_labels: {{severity: critical, cron_id: "1", name: daily, state: missed}}
+            exp_annotations:
+              summary: 'Cron daily (id 1) missed a firing'
+              description: 'A scheduled firing has no record after its grace: crond did not start it, or its callbacks were lost.'
+      - eval_time: 2m
+        alertname: CronFailed
+        exp_alerts: []
+      - eval_time: 3m
+        alertname: QlshadowDiskAlmostFull
+        exp_alerts: []
+      - eval_time: 6m
+        alertname: QlshadowDiskAlmostFull
+        exp_alerts:
+          - exp_labels: {{severity: warning, instance: router}}
+            exp_annotations:
+              summary: 'Less than 2 MiB free for qlshadow on router'
+              description: 'Run `qlshadow prune` or free space; a full disk fails every callback.'
+"""
+
+
+def test_the_alert_rules_fire_on_the_series_they_name(tmp_path):
+    import os
+    import subprocess
+
+    from conftest import ROOT
+    tests = tmp_path / "rules-test.yml"
+    tests.write_text(RULE_TESTS.format(rules=os.path.join(ROOT, "conf", "qlshadow-alerts.yml")))
+    result = subprocess.run([promtool(), "test", "rules", str(tests)], capture_output=True,
+                            text=True, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
