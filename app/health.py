@@ -285,6 +285,17 @@ def _older_successes(ids: list) -> dict:
     return {cron_id: at for cron_id, at in _union(_INSTANCE_SUCCESS, ids)} if ids else {}
 
 
+# Firings of the first window, by (schedule, local zone): (lo, hi, firings). A schedule's
+# firings near now change only with the clock, so reads within two hours share them. Small:
+# a few hundred instants per schedule at most; cleared when full.
+_NEAR: dict = {}
+_NEAR_MAX = 256
+
+
+def _zone() -> tuple:
+    return (time.timezone, time.altzone, time.daylight, time.tzname)
+
+
 class _Schedules:
     """Firings near one `now` for many crons, sharing the local clocks they need."""
 
@@ -294,16 +305,34 @@ class _Schedules:
         self._found: dict = {}  # (schedule, (lo, hi)) -> firings: crons share schedules
         self._around: dict = {}
 
-    def _firings(self, schedule: str, lo: int, hi: int) -> list:
-        from .reconcile import LocalClock, firings
-        key = (lo, hi)
-        found = self._found.get((schedule, key))
+    def _firings(self, schedule: str, window: int) -> list:
+        """The firings in [now - window, now + window]."""
+        now = self.now
+        lo, hi = now - window, now + 1 + window
+        found = self._found.get((schedule, window))
         if found is None:
-            clock = self._clocks.get(key)
-            if clock is None:
-                clock = self._clocks[key] = LocalClock(lo - 2 * _DAY, hi + 2 * _DAY)
-            found = self._found[(schedule, key)] = firings(schedule, lo, hi, clock)
+            cached = _NEAR.get((schedule, _zone())) if window == _WINDOWS[0] else None
+            if cached is not None and cached[0] <= lo and hi <= cached[1]:
+                found = [f for f in cached[2] if lo <= f < hi]
+            else:
+                # The first window is evaluated ahead of now and kept across reads: the
+                # next reads of the coming two hours find it there.
+                ahead = hi + window if window == _WINDOWS[0] else hi
+                found = self._evaluate(schedule, lo, ahead)
+                if window == _WINDOWS[0]:
+                    if len(_NEAR) >= _NEAR_MAX:
+                        _NEAR.clear()
+                    _NEAR[(schedule, _zone())] = (lo, ahead, found)
+                found = [f for f in found if f < hi]
+            self._found[(schedule, window)] = found
         return found
+
+    def _evaluate(self, schedule: str, lo: int, hi: int) -> list:
+        from .reconcile import LocalClock, firings
+        clock = self._clocks.get((lo, hi))
+        if clock is None:
+            clock = self._clocks[(lo, hi)] = LocalClock(lo - 2 * _DAY, hi + 2 * _DAY)
+        return firings(schedule, lo, hi, clock)
 
     def around(self, schedule: str) -> Firings:
         found = self._around.get(schedule)
@@ -323,7 +352,7 @@ class _Schedules:
         upcoming = None
         for window in _WINDOWS:
             # Both directions in one evaluation; wider only while something is missing.
-            found = self._firings(schedule, now - window, now + 1 + window)
+            found = self._firings(schedule, window)
             due = [f for f in found if f < due_before]
             later = [f for f in found if f > now]
             if upcoming is None and later:
@@ -336,8 +365,7 @@ class _Schedules:
         """The firings in [lo, hi), lo at most a month before now (else from a month ago)."""
         for window in _WINDOWS[:3]:
             if lo >= self.now - window or window == _WINDOWS[2]:
-                return [f for f in self._firings(schedule, self.now - window, self.now + 1 + window)
-                        if lo <= f < hi]
+                return [f for f in self._firings(schedule, window) if lo <= f < hi]
         return []
 
     def _first_after(self, schedule: str, t: int) -> int | None:
@@ -346,7 +374,7 @@ class _Schedules:
         for window in _WINDOWS[:3]:
             if t + 1 < self.now - window and window != _WINDOWS[2]:
                 continue
-            found = [f for f in self._firings(schedule, self.now - window, self.now + 1 + window) if f > t]
+            found = [f for f in self._firings(schedule, window) if f > t]
             if found:
                 return found[0]
         return None
