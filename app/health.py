@@ -82,7 +82,8 @@ def stuck_limit(executions: list, grace: int) -> tuple:
                        and e.end >= e.start)
     if len(durations) < STUCK_SAMPLES:
         limit = max(STUCK_DEFAULT, grace)
-        return limit, f"{limit} s, as fewer than {STUCK_SAMPLES} successful runs tell how long it usually runs"
+        return limit, (f"{limit} s, as fewer than {STUCK_SAMPLES} successful runs tell how long "
+                       "it usually runs")
     median = durations[len(durations) // 2]
     limit = max(STUCK_FACTOR * median, grace)
     return limit, f"{limit} s ({STUCK_FACTOR} x its median run of {median} s, at least its grace)"

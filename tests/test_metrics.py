@@ -255,8 +255,8 @@ def test_free_bytes_and_the_crontab_install_state_are_reported(make_settings, tm
 
         def installed():
             text = client.get("/metrics", headers=headers).get_data(as_text=True)
-            lines = [line for line in text.splitlines()
-                     if line.startswith(("qlshadow_crontab_installed ", "qlshadow_data_free_bytes "))]
+            wanted = ("qlshadow_crontab_installed ", "qlshadow_data_free_bytes ")
+            lines = [line for line in text.splitlines() if line.startswith(wanted)]
             return dict(line.split() for line in lines)
         assert installed()["qlshadow_crontab_installed"] == "0"  # nothing synced yet
         assert int(installed()["qlshadow_data_free_bytes"]) > 0
@@ -387,7 +387,8 @@ tests:
           - exp_labels: {{severity: critical, cron_id: "1", name: daily, state: missed}}
             exp_annotations:
               summary: 'Cron daily (id 1) missed a firing'
-              description: 'A scheduled firing has no record after its grace: crond did not start it, or its callbacks were lost.'
+              description: 'A scheduled firing has no record after its grace: crond did not start it,
+                or its callbacks were lost.'
       - eval_time: 2m
         alertname: CronFailed
         exp_alerts: []
