@@ -139,7 +139,11 @@ def update(data, settings=None) -> dict:
         raise NotFound(f"Cron {cron_id} does not exist.")
     _fits(settings, {**current, **values})
     if values:
-        Cron.update(updated_at=int(time.time()), **values).where(Cron.id == cron_id).execute()
+        # updated_at dates the definition (the gate and the health judge firings after
+        # it): a change of how the cron is watched alone leaves it as it was.
+        if any(key in DEFINITION_FIELDS for key in values):
+            values["updated_at"] = int(time.time())
+        Cron.update(**values).where(Cron.id == cron_id).execute()
     return get(cron_id)
 
 
