@@ -29,6 +29,11 @@ RUNNER_APP = "qlshadow-runner"
 RUNNER_SCOPES = ("status",)
 RUNNER_TOKEN_FILE = "runner-token.json"
 KNOWN_SCOPES = frozenset({"crons", "runs", "status", "metrics"})
+# The scrape credential: `qlshadow token metrics` issues tokens of this app that never
+# expire (a scrape must not stop silently after 30 days); `--revoke` deletes them all.
+METRICS_APP = "qlshadow-metrics"
+METRICS_SCOPES = ("metrics",)
+NO_EXPIRY = 253402300799  # 9999-12-31 23:59:59 UTC, so every expiry check keeps working
 
 
 def sha256_hex(text: str) -> str:
@@ -135,6 +140,24 @@ def _app_token(name: str, scopes, token_file: str, now: int | None, min_left: in
     token = {"value": value, "expiration": expiration}
     write_private(token_file, json.dumps(token) + "\n")
     return token
+
+
+def issue_metrics_token() -> str:
+    """A new metrics-only bearer token that does not expire; only its hash is stored."""
+    _ensure_app(METRICS_APP, METRICS_SCOPES)
+    app = App.get(App.name == METRICS_APP)
+    if frozenset(app.scopes.split(",")) != frozenset(METRICS_SCOPES):
+        raise ValueError(f"the app {METRICS_APP!r} has scopes {app.scopes}, not metrics; "
+                         "rename or delete it")
+    value = secrets.token_urlsafe(32)
+    Token.insert(token_hash=sha256_hex(value), app=app.id, expiration=NO_EXPIRY).execute()
+    return value
+
+
+def revoke_metrics_tokens() -> int:
+    """Delete every metrics token `qlshadow token metrics` issued; returns how many."""
+    app = App.get_or_none(App.name == METRICS_APP)
+    return Token.delete().where(Token.app == app.id).execute() if app else 0
 
 
 PAGE_SCOPE = "crons"  # what an app needs to sign in to the status page

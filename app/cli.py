@@ -208,6 +208,22 @@ def cmd_token_runner(args) -> int:
     return 0
 
 
+def cmd_token_metrics(args) -> int:
+    """Print a new scrape token that never expires, or (--revoke) revoke every one."""
+    from .auth import issue_metrics_token, revoke_metrics_tokens
+    _, database = _open(args)
+    try:
+        with database.connection_context(), db.write_transaction():
+            result = revoke_metrics_tokens() if args.revoke else issue_metrics_token()
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
+    if args.revoke:
+        print(f"revoked {result} metrics token(s); scrapes using them get 401 within a minute")
+    else:
+        print(result)
+    return 0
+
+
 def _change(args, apply):
     """Make a cron change only when the crontab that follows from it installs; one line on
     stderr says what was installed where (stdout stays the command's JSON)."""
@@ -570,6 +586,53 @@ def cmd_notify(args) -> int:
     return 1 if failed else 0
 
 
+_STATUS_COLUMNS = (("cron", "cron_id"), ("name", "name"), ("state", "state"),
+                   ("since", "since"), ("next", "next_expected"),
+                   ("last success", "last_success"), ("last start", "last_start"),
+                   ("grace", "grace"), ("reason", "reason"))
+
+
+def cmd_status(args) -> int:
+    """The health of every cron, problems first, as a table or (--json) the API's data."""
+    import time
+
+    from . import health
+    settings = _settings(args)
+    path = config.sqlite_file(settings.db_url)
+    if path is not None and not os.path.isfile(path):  # connecting would create an empty file
+        raise CliError(f"no database at {path} (QL_DB_URL); no cron to report on")
+    database, _ = db.open_database(settings, create=False)
+    with database.connection_context():
+        healths = health.read_all(int(time.time()),
+                                  shadow="scheduled_system" in settings.shadow_origins)
+    rows = [health.public(h) for h in healths]
+    if args.json:
+        _print_json({"data": rows})
+        return 0
+
+    from .timefmt import local_text
+
+    def cell(row: dict, key: str) -> str:
+        value = row[key]
+        if value is None:
+            return "-"
+        if key in ("since", "next_expected", "last_success", "last_start"):
+            return local_text(value)
+        if key == "name" and len(value) > 24:
+            return value[:23] + "~"
+        return str(value)
+
+    table = [[title for title, _ in _STATUS_COLUMNS]]
+    table += [[cell(row, key) for _, key in _STATUS_COLUMNS] for row in rows]
+    widths = [max(len(line[i]) for line in table) for i in range(len(_STATUS_COLUMNS))]
+    for line in table:
+        print("  ".join(v.rjust(w) if i in (0, 7) else v.ljust(w)
+                        for i, (v, w) in enumerate(zip(line, widths))).rstrip())
+    if not rows:
+        print("no crons")
+    return 0
+
+
 def cmd_prune(args) -> int:
     import time
 
@@ -663,6 +726,10 @@ def build_parser() -> argparse.ArgumentParser:
                       ).set_defaults(func=cmd_token_system)
     toksub.add_parser("runner", help="write a callback-only token for task.sh to "
                       "$QL_DATA_DIR/runner-token.json (0600)").set_defaults(func=cmd_token_runner)
+    q = toksub.add_parser("metrics", help="print a new metrics-only token that never expires "
+                          "(for GET /metrics); --revoke revokes every such token")
+    q.add_argument("--revoke", action="store_true", help="revoke every metrics token instead")
+    q.set_defaults(func=cmd_token_metrics)
 
     p = sub.add_parser("cron", help="manage crons")
     p.set_defaults(func=cmd_cron)
@@ -742,6 +809,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--test", action="store_true", required=True,
                    help="send a test message through every configured channel")
     p.set_defaults(func=cmd_notify)
+
+    p = sub.add_parser("status", help="the health of every cron (ok, failed, late, missed, "
+                       "stuck, running, new, paused), problems first")
+    p.add_argument("--json", action="store_true", help="print the JSON document, not a table")
+    p.set_defaults(func=cmd_status)
 
     for name in ("accept-failures", "failures"):
         # "failures" is the old name: it still works and says so on stderr.

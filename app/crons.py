@@ -71,6 +71,20 @@ _CHECKS = {
 }
 DEFINITION_FIELDS = tuple(_CHECKS)
 REQUIRED_FIELDS = ("name", "command", "schedule")
+GRACE_MAX = 7 * 86400  # a weekly job may be allowed a day late; more is never a grace
+
+
+def _grace(value, key: str):
+    if value is None or (type(value) is int and 0 <= value <= GRACE_MAX):
+        return value
+    raise InvalidInput(f"'{key}' must be whole seconds from 0 to {GRACE_MAX}, or null for "
+                       "the default from the schedule.")
+
+
+# How the cron is watched, not what it runs: kept out of DEFINITION_FIELDS, so changing it
+# leaves the task revision (and every Run's replay check) as it was; and out of the 2.x
+# cron document, which GET /open/crons/health completes with the grace in effect.
+_MONITOR_CHECKS = {"grace": _grace}
 
 
 def validate(data, partial: bool) -> dict:
@@ -81,6 +95,9 @@ def validate(data, partial: bool) -> dict:
     for key, check in _CHECKS.items():
         if key in data or (not partial and key in REQUIRED_FIELDS):
             values[key] = check(data.get(key), key)
+    for key, check in _MONITOR_CHECKS.items():
+        if key in data:
+            values[key] = check(data[key], key)
     return values
 
 
@@ -128,7 +145,11 @@ def update(data, settings=None) -> dict:
         raise NotFound(f"Cron {cron_id} does not exist.")
     _fits(settings, {**current, **values})
     if values:
-        Cron.update(updated_at=int(time.time()), **values).where(Cron.id == cron_id).execute()
+        # updated_at dates the definition (the gate and the health judge firings after
+        # it): a change of how the cron is watched alone leaves it as it was.
+        if any(key in DEFINITION_FIELDS for key in values):
+            values["updated_at"] = int(time.time())
+        Cron.update(**values).where(Cron.id == cron_id).execute()
     return get(cron_id)
 
 

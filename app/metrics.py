@@ -150,8 +150,65 @@ def last_finishes(limit: int = MAX_CRON_SERIES) -> list:
     return list(query.tuples())
 
 
-def render(counters: Counters) -> str:
-    """The whole exposition: in-process counters plus a few cheap reads of the database."""
+def cron_failures(limit: int = MAX_CRON_SERIES) -> dict:
+    """{cron_id: failed executions stored}: Legacy instances that exited non-zero."""
+    from peewee import fn
+
+    from .models import RunningInstance
+    query = (RunningInstance.select(RunningInstance.cron, fn.COUNT(RunningInstance.id))
+             .where(RunningInstance.exit_code != 0).group_by(RunningInstance.cron).limit(limit))
+    return dict(query.tuples())
+
+
+def _cron_families(out: _Text, healths: list, failures: dict) -> None:
+    """Per-cron series, one for every cron (those that never ran included)."""
+    from .health import STATES
+    labelled = [({"cron_id": h["cron_id"], "name": h["name"]}, h) for h in healths]
+    out.family("qlshadow_cron_state", "gauge",
+               "1 for the cron's health state (docs/CONTRACT.md 12), 0 for the others.",
+               [({**labels, "state": state}, int(h["state"] == state))
+                for labels, h in labelled for state in STATES])
+    for name, key, help_text in (
+            ("qlshadow_cron_last_success_timestamp_seconds", "last_success",
+             "When the cron's latest successful execution finished (Unix time; 0: never)."),
+            ("qlshadow_cron_last_start_timestamp_seconds", "last_start",
+             "When the cron's latest execution started (Unix time; 0: never)."),
+            ("qlshadow_cron_next_expected_timestamp_seconds", "next_expected",
+             "The cron's next firing (Unix time; 0: none expected)."),
+            ("qlshadow_cron_running_since_timestamp_seconds", "running_since",
+             "When the cron's open execution started (Unix time; 0: not running)."),
+            ("qlshadow_cron_grace_seconds", "grace",
+             "Seconds a due firing may go without a record before it counts as missed.")):
+        out.family(name, "gauge", help_text, [(labels, h[key] or 0) for labels, h in labelled])
+    out.family("qlshadow_cron_failures", "counter",
+               "Failed executions (non-zero exit) among those stored (within retention).",
+               [(labels, failures.get(h["cron_id"], 0)) for labels, h in labelled])
+    out.family("qlshadow_cron_missed", "counter",
+               "Missed firings since the oldest of the cron's 20 newest executions "
+               "(at most a month back).",
+               [(labels, h["missed_recent"]) for labels, h in labelled])
+
+
+def _host_families(out: _Text, settings) -> None:
+    """Free bytes where the data lives, and (system mode) whether the crontab is installed."""
+    from .db import free_bytes
+    free = free_bytes(settings.data_dir)
+    if free is not None:
+        out.family("qlshadow_data_free_bytes", "gauge",
+                   "Bytes free to this service on the partition that holds QL_DATA_DIR.",
+                   [({}, free)])
+    if settings.scheduler == "system":
+        from .crontab import install_state
+        out.family("qlshadow_crontab_installed", "gauge",
+                   "1 when the last crontab sync installed the crontab, else 0.",
+                   [({}, int(install_state(settings) == "installed"))])
+
+
+def render(counters: Counters, settings=None) -> str:
+    """The whole exposition: in-process counters plus a few cheap reads of the database.
+
+    With settings: the per-cron health series, free bytes and the crontab's install state.
+    """
     from . import __version__
     counts = counters.snapshot()
     out = _Text()
@@ -167,13 +224,20 @@ def render(counters: Counters) -> str:
                "Requests whose database work failed and was rolled back, since start.",
                [({}, counts["write_errors"])])
     from peewee import DatabaseError, InterfaceError
+    healths = failures = None
     try:
         sizes, runs, finishes = storage_bytes(), runs_by_state(), last_finishes()
+        if settings is not None:
+            from . import health
+            healths = health.read_all(int(time.time()),
+                                      shadow="scheduled_system" in settings.shadow_origins,
+                                      count_missed=True)
+            failures = cron_failures()
     except (DatabaseError, InterfaceError):
         # The counters matter most while the database fails: answer them without its part.
         from .db import discard_connection
         discard_connection()
-        sizes = runs = finishes = None
+        sizes = runs = finishes = healths = None
     out.family("qlshadow_database_up", "gauge",
                "1 when the database answered this scrape's reads, else 0.",
                [({}, 0 if sizes is None else 1)])
@@ -192,6 +256,10 @@ def render(counters: Counters) -> str:
         out.family("qlshadow_cron_last_finish_timestamp_seconds", "gauge",
                    "When each cron's latest execution finished (Unix time).",
                    [({"cron_id": c, "name": n}, at) for c, n, _, at in finishes])
+    if healths is not None:
+        _cron_families(out, sorted(healths, key=lambda h: h["cron_id"]), failures)
+    if settings is not None:
+        _host_families(out, settings)
     rss = process_rss_bytes()
     if rss is not None:
         out.family("process_resident_memory_bytes", "gauge", "Resident memory size in bytes.",

@@ -70,6 +70,10 @@ class Cron(BaseModel):
     is_disabled = SmallIntegerField(default=0)
     created_at = BigIntegerField()
     updated_at = BigIntegerField()
+    # Seconds a due firing may go without a record before it counts as missed (health.py);
+    # null: a default from the schedule. Monitoring only: not part of the task revision.
+    # Last, where schema step 2 adds it to an older table.
+    grace = IntegerField(null=True)
 
     class Meta:
         table_name = "crons"

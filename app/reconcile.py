@@ -439,6 +439,9 @@ def _cron_report(cron: dict, since: int, until: int, now: int, stuck_after: int,
         reasons.append(f"{lost} of {runs} Runs ({100 * lost / runs:.1f} %) lost a callback "
                        f"({finish_only} without start, {stuck} running over {stuck_after} s); "
                        f"at most {100 * tolerance:g} % is tolerated")
+    if failed_runs:
+        reasons.append(f"{failed_runs} of {exited} finished Runs exited with a non-zero code: "
+                       "crond started them and the task failed")
     if reasons:
         report["verdict"] = "fail"
     elif unsure:
@@ -453,6 +456,10 @@ def _cron_report(cron: dict, since: int, until: int, now: int, stuck_after: int,
         report["verdict"] = "insufficient"
         reasons.append(f"{len(expected_at)} firing(s) but no Shadow Run: needs Shadow on "
                        "(QL3_SHADOW_ORIGINS=scheduled_system) and at least one Run to compare")
+    if unmatched:  # explained, never a defect: these executions were not crond's
+        report["reasons"].append(f"{unmatched} Legacy instance(s) have no Run: manual runs (PUT "
+                       "/open/crons/run, `qlshadow cron run`) or runs without the "
+                       "scheduled_system marker, which never become Runs")
     return report
 
 

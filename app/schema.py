@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from peewee import Database, DatabaseError, SqliteDatabase
 
 from .errors import Unavailable
-from .models import ALL_MODELS, RunningInstance, ShadowRun, database
+from .models import ALL_MODELS, Cron, RunningInstance, ShadowRun, database
 
 log = logging.getLogger("qlshadow")
 
@@ -97,6 +97,11 @@ def _rekey_runs(db: Database) -> str:
     return f"shadow_runs re-keyed by (accepted_at, id), {rows} Runs kept"
 
 
+def _step_cron_grace(db: Database) -> None:
+    """Version 2: a cron's own grace period (health.py), null for the default."""
+    add_column(db, Cron, "grace")
+
+
 # (what the step does, in words that follow "cannot" in an error; the step). Step n brings
 # version n - 1 to version n and returns a line to log once it is committed, or None.
 # Append only: never reorder or edit a step that has shipped. Step 1 builds tables from
@@ -104,6 +109,7 @@ def _rekey_runs(db: Database) -> str:
 # frozen copy of the version-1 Run table to re-key into.
 STEPS = (
     ("re-key shadow_runs by (accepted_at, id)", _step_release_before_versions),
+    ("add the crons' grace column", _step_cron_grace),
 )
 LATEST = len(STEPS)
 

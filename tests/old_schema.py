@@ -39,11 +39,24 @@ def request_keyed_database(db_url: str):
     with database.connection_context():
         database.create_tables((Cron, RunningInstance, App, Token, RequestKeyedRun,
                                 ShadowFailure))
+        _drop_added_columns(database)
     return database
 
 
-# Indexes that versioned steps added: the release before versions did not have them.
+# Indexes and columns that versioned steps added: the release before versions had neither.
 ADDED_BY_STEPS: tuple = ()
+COLUMNS_ADDED_BY_STEPS = (("crons", "grace"),)
+
+
+def old_select(model):
+    """A select of the columns the release before versions had (none that a step added)."""
+    added = {c for table, c in COLUMNS_ADDED_BY_STEPS if table == model._meta.table_name}
+    return model.select(*[f for f in model._meta.sorted_fields if f.column_name not in added])
+
+
+def _drop_added_columns(database) -> None:
+    for table, column in COLUMNS_ADDED_BY_STEPS:
+        database.execute_sql(f'ALTER TABLE "{table}" DROP COLUMN "{column}"')
 
 
 def release_before_versions(db_url: str):
@@ -58,6 +71,7 @@ def release_before_versions(db_url: str):
         database.create_tables(ALL_MODELS)
         for name in ADDED_BY_STEPS:
             database.execute_sql(f'DROP INDEX "{name}"')
+        _drop_added_columns(database)
     return database
 
 
@@ -85,7 +99,7 @@ def old_run(cron_id: int, seconds: int, n: int, state: str, **columns) -> dict:
     row = dict(project_id="default", idempotency_key=key, id=run_id(key, seconds),
                attempt_id=attempt_id(key, seconds), request_id=key,
                task_identity=f"legacy-cron:{cron_id}", cron_id=cron_id,
-               task_revision=cron_revision(Cron.select().where(Cron.id == cron_id).dicts().get()),
+               task_revision=cron_revision(old_select(Cron).where(Cron.id == cron_id).dicts().get()),
                origin="scheduled_system", trigger_type="scheduled_system",
                triggered_by="legacy:system-crond", execution_owner="legacy",
                accepted_at=seconds, state=state, pid=100 + n, log_path=f"{n}.log",

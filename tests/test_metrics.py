@@ -11,7 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from qlshadow import db, metrics
 from qlshadow.auth import create_app_record, issue_token
 from qlshadow.models import App, database
-from conftest import SHADOW_ON, STATUS_PATH, cli_env, run_cli
+from conftest import ONE_BACKEND, SHADOW_ON, STATUS_PATH, cli_env, run_cli
 
 EID = "legacy-system:{s}:{n:08x}-9d4a-4e6b-8f1a-2c3d4e5f6a7b"
 
@@ -181,3 +181,238 @@ def test_each_app_counts_its_own_answers(app, client, auth, make_cron):
 
     assert other.extensions[KEY].counters.snapshot()["callbacks"]["ok"] == 0
     assert app.extensions[KEY].counters.snapshot()["callbacks"]["ok"] == 1
+
+
+# --- per-cron health series, the host, the scrape token, the alert rules ----------------------
+
+STATES = ("failed", "missed", "stuck", "late", "running", "new", "paused", "ok")
+
+
+def cron_series(samples: dict, cron_id: int) -> dict:
+    """{(sample name, state or None): value} of one cron's series."""
+    found = {}
+    for (name, labels), value in samples.items():
+        labels = dict(labels)
+        if labels.get("cron_id") == str(cron_id):
+            found[(name, labels.get("state"))] = value
+    return found
+
+
+def test_a_cron_that_never_ran_has_every_series(make_cron, scrape):
+    cron = make_cron(schedule="0 3 * * *")
+    series = cron_series(scrape(), cron["id"])
+    assert {state for name, state in series if name == "qlshadow_cron_state"} == set(STATES)
+    assert series[("qlshadow_cron_state", "new")] == 1
+    assert sum(v for (name, _), v in series.items() if name == "qlshadow_cron_state") == 1
+    for name in ("qlshadow_cron_last_success_timestamp_seconds",
+                 "qlshadow_cron_last_start_timestamp_seconds",
+                 "qlshadow_cron_running_since_timestamp_seconds",
+                 "qlshadow_cron_failures_total", "qlshadow_cron_missed_total"):
+        assert series[(name, None)] == 0, name
+    assert series[("qlshadow_cron_next_expected_timestamp_seconds", None)] > time.time()
+    assert series[("qlshadow_cron_grace_seconds", None)] == 3600
+
+
+def test_failures_and_the_state_follow_the_executions(client, auth, make_cron, scrape):
+    cron = make_cron(schedule="@once")["id"]
+    started = int(time.time())
+    for pid, code in ((1, 0), (2, 3), (3, 1)):
+        assert send(client, auth, {"ids": [cron], "status": 0, "pid": pid,
+                                   "last_execution_time": started}) == 200
+        assert send(client, auth, {"ids": [cron], "status": 1, "pid": pid,
+                                   "exit_code": code}) == 200
+    series = cron_series(scrape(), cron)
+    assert series[("qlshadow_cron_state", "failed")] == 1
+    assert series[("qlshadow_cron_failures_total", None)] == 2
+    assert series[("qlshadow_cron_last_success_timestamp_seconds", None)] >= started
+    assert series[("qlshadow_cron_last_start_timestamp_seconds", None)] == started
+    assert send(client, auth, {"ids": [cron], "status": 0, "pid": 4,
+                               "last_execution_time": started + 1}) == 200
+    series = cron_series(scrape(), cron)
+    assert series[("qlshadow_cron_running_since_timestamp_seconds", None)] == started + 1
+
+
+def test_missed_firings_are_counted_from_the_stored_history(client, auth, scrape):
+    from reconcile_history import fire, local_zone, new_cron
+    with local_zone("UTC"):
+        now = int(time.time())
+        first = now - now % 600 - 12 * 600
+        cron = new_cron(client, auth, "*/10 * * * *", first - 60)
+        for at in range(first, now + 1, 600):
+            if at not in (first + 3 * 600, first + 7 * 600):
+                fire(client, auth, cron, at)
+        series = cron_series(scrape(), cron)
+    assert series[("qlshadow_cron_missed_total", None)] == 2
+
+
+def test_free_bytes_and_the_crontab_install_state_are_reported(make_settings, tmp_path):
+    from qlshadow.views import create_app
+    settings = make_settings(QL_SCHEDULER="system", QL_CRONTAB_INSTALL="true {file}",
+                             QL_CRONTAB_LIST="")
+    app = create_app(settings)
+    try:
+        client = app.test_client()
+        headers = {"Authorization": f"Bearer {metrics_token(settings)}"}
+
+        def installed():
+            text = client.get("/metrics", headers=headers).get_data(as_text=True)
+            wanted = ("qlshadow_crontab_installed ", "qlshadow_data_free_bytes ")
+            lines = [line for line in text.splitlines() if line.startswith(wanted)]
+            return dict(line.split() for line in lines)
+        assert installed()["qlshadow_crontab_installed"] == "0"  # nothing synced yet
+        assert int(installed()["qlshadow_data_free_bytes"]) > 0
+        with db.database.connection_context(), db.write_transaction():
+            from qlshadow.auth import system_token
+            token = system_token(settings.token_file)["value"]
+        assert client.post("/open/crons", json={"name": "a", "command": "true",
+                                                "schedule": "* * * * *"},
+                           headers={"Authorization": f"Bearer {token}"}).status_code == 200
+        assert installed()["qlshadow_crontab_installed"] == "1"
+    finally:
+        db.discard_connection()
+
+
+def metrics_token(settings) -> str:
+    result = run_cli(cli_env(settings), "token", "metrics")
+    assert result.stderr == ""
+    return result.stdout.strip()
+
+
+def test_the_metrics_token_never_expires_reads_only_metrics_and_can_be_revoked(
+        app, settings, make_cron):
+    from qlshadow.auth import METRICS_APP, NO_EXPIRY, sha256_hex
+    from qlshadow.models import Token
+    from qlshadow.views import create_app
+    first, second = metrics_token(settings), metrics_token(settings)
+    assert first != second and len(first) >= 40
+    with db.database.connection_context():
+        rows = list(Token.select(Token.token_hash, Token.expiration).join(App)
+                    .where(App.name == METRICS_APP).tuples())
+    assert sorted(rows) == sorted([(sha256_hex(first), NO_EXPIRY), (sha256_hex(second), NO_EXPIRY)])
+    client = app.test_client()
+    headers = {"Authorization": f"Bearer {first}"}
+    assert client.get("/metrics", headers=headers).status_code == 200
+    assert client.get("/open/crons", headers=headers).status_code == 403
+    revoked = run_cli(cli_env(settings), "token", "metrics", "--revoke")
+    assert revoked.stdout.startswith("revoked 2 metrics token(s)")
+    db.discard_connection()
+    fresh = create_app(settings).test_client()  # a server that has not cached the token
+    assert fresh.get("/metrics", headers=headers).status_code == 401
+
+
+# The CI installs Debian's prometheus package (.ci/run); a laptop without it skips.
+def promtool() -> str:
+    import os
+    import shutil
+
+    from shellenv import IN_CI
+    found = os.environ.get("QL_TEST_PROMTOOL") or shutil.which("promtool")
+    if not found:
+        message = "promtool is not installed (apt-get install prometheus)"
+        if IN_CI:
+            pytest.fail(message)
+        pytest.skip(message)
+    return found
+
+
+def test_the_example_alert_rules_pass_promtool_and_match_the_docs():
+    import os
+    import subprocess
+
+    from conftest import ROOT
+    rules = os.path.join(ROOT, "conf", "qlshadow-alerts.yml")
+    result = subprocess.run([promtool(), "check", "rules", rules], capture_output=True,
+                            text=True, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "SUCCESS" in result.stdout
+    with open(os.path.join(ROOT, "docs", "ALERTS.md"), encoding="utf-8") as fh:
+        docs = fh.read()
+    with open(rules, encoding="utf-8") as fh:
+        assert "```yaml\n" + fh.read() + "```" in docs
+
+
+@ONE_BACKEND
+def test_the_exposition_passes_promtool_check_metrics(make_cron, app):
+    import subprocess
+    make_cron()
+    settings = app.extensions["qlshadow"]
+    response = app.test_client().get(
+        "/metrics", headers={"Authorization": f"Bearer {metrics_token(settings)}"})
+    result = subprocess.run([promtool(), "check", "metrics"], input=response.get_data(as_text=True),
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_every_series_the_alert_rules_use_is_exposed(make_settings):
+    import os
+    import re
+
+    from conftest import ROOT
+    from qlshadow.views import create_app
+    with open(os.path.join(ROOT, "conf", "qlshadow-alerts.yml"), encoding="utf-8") as fh:
+        used = set(re.findall(r"\b(qlshadow_\w+)", fh.read()))
+    settings = make_settings(QL_SCHEDULER="system", QL_CRONTAB_INSTALL="")
+    app = create_app(settings)
+    try:
+        client = app.test_client()
+        headers = {"Authorization": f"Bearer {metrics_token(settings)}"}
+        with db.database.connection_context(), db.write_transaction():
+            from qlshadow.crons import create
+            create({"name": "a", "command": "true", "schedule": "0 3 * * *"})
+        text = client.get("/metrics", headers=headers).get_data(as_text=True)
+    finally:
+        db.discard_connection()
+    exposed = {line.split("{")[0].split()[0] for line in text.splitlines()
+               if line and not line.startswith("#")}
+    assert used and used <= exposed, used - exposed
+
+
+RULE_TESTS = """\
+rule_files: [{rules}]
+evaluation_interval: 1m
+tests:
+  - interval: 1m
+    input_series:
+      - series: 'qlshadow_cron_state{{cron_id="1",name="daily",state="missed"}}'
+        values: '0 1 1 1'
+      - series: 'qlshadow_cron_state{{cron_id="2",name="fine",state="missed"}}'
+        values: '0 0 0 0'
+      - series: 'qlshadow_cron_state{{cron_id="2",name="fine",state="failed"}}'
+        values: '0 0 0 0'
+      - series: 'qlshadow_data_free_bytes{{instance="router"}}'
+        values: '1048576x10'
+    alert_rule_test:
+      - eval_time: 2m
+        alertname: CronMissed
+        exp_alerts:
+          - exp_labels: {{severity: critical, cron_id: "1", name: daily, state: missed}}
+            exp_annotations:
+              summary: 'Cron daily (id 1) missed a firing'
+              description: 'A scheduled firing has no record after its grace: crond did not start it,
+                or its callbacks were lost.'
+      - eval_time: 2m
+        alertname: CronFailed
+        exp_alerts: []
+      - eval_time: 3m
+        alertname: QlshadowDiskAlmostFull
+        exp_alerts: []
+      - eval_time: 6m
+        alertname: QlshadowDiskAlmostFull
+        exp_alerts:
+          - exp_labels: {{severity: warning, instance: router}}
+            exp_annotations:
+              summary: 'Less than 2 MiB free for qlshadow on router'
+              description: 'Run `qlshadow prune` or free space; a full disk fails every callback.'
+"""
+
+
+def test_the_alert_rules_fire_on_the_series_they_name(tmp_path):
+    import os
+    import subprocess
+
+    from conftest import ROOT
+    tests = tmp_path / "rules-test.yml"
+    tests.write_text(RULE_TESTS.format(rules=os.path.join(ROOT, "conf", "qlshadow-alerts.yml")))
+    result = subprocess.run([promtool(), "test", "rules", str(tests)], capture_output=True,
+                            text=True, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr

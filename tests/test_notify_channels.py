@@ -582,7 +582,8 @@ def test_notify_test_with_no_channel_says_so_and_exits_1():
 
 
 def test_the_callback_path_never_imports_the_notify_module():
-    code = ("import sys; from qlshadow import cli; from qlshadow.views import create_app, fastpath; "
+    code = ("import sys; from qlshadow import callback, cli; "
+            "from qlshadow.views import callback as route, create_app; "
             "print('qlshadow.notify' in sys.modules)")
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
                             timeout=60, check=True)

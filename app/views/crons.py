@@ -1,4 +1,5 @@
-"""Cron endpoints of 2.x: list, show, create, update, delete, enable, disable, run, instances."""
+"""Cron endpoints of 2.x: list, show, create, update, delete, enable, disable, run, instances;
+and the health of every cron (docs/CONTRACT.md §12)."""
 from __future__ import annotations
 
 import logging
@@ -38,6 +39,16 @@ def listing():
     page = query_int("page", 1, 1, 10**9)
     size = query_int("size", 20, 1, 500)
     return ok(crons.listing(page, size))
+
+
+@bp.route("/health", methods=["GET"])
+@requires_scope("crons", "runs")
+def health():
+    # Registered before /<int:cron_id>; read-only: one read transaction, no write lock.
+    from .. import health as cron_health
+    settings = current_app.extensions["qlshadow"]
+    healths = cron_health.read_all(shadow="scheduled_system" in settings.shadow_origins)
+    return ok([cron_health.public(h) for h in healths])
 
 
 def _known_id(cron_id: int) -> int:

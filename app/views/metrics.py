@@ -1,7 +1,7 @@
 """GET /metrics: the Prometheus text format, for a bearer token with the `metrics` scope."""
 from __future__ import annotations
 
-from flask import Blueprint, Response
+from flask import Blueprint, Response, current_app
 
 from .. import metrics
 from .common import requires_scope, runtime
@@ -12,5 +12,6 @@ bp = Blueprint("metrics", __name__)
 @bp.route("/metrics", methods=["GET"])
 @requires_scope("metrics")
 def exposition():
-    return Response(metrics.render(runtime().counters), content_type="text/plain; version=0.0.4; charset=utf-8",
+    text = metrics.render(runtime().counters, current_app.extensions["qlshadow"])
+    return Response(text, content_type="text/plain; version=0.0.4; charset=utf-8",
                     headers={"Cache-Control": "no-store"})
