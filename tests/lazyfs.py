@@ -28,9 +28,6 @@ import sys
 import threading
 
 PAGE = 4096
-# libfuse's capability bits (fuse_common.h).
-FUSE_CAP_POSIX_LOCKS = 1 << 1
-FUSE_CAP_FLOCK_LOCKS = 1 << 10
 
 
 class MountFailed(RuntimeError):
@@ -44,6 +41,7 @@ class LazyFS:
         self.backing = backing
         self.mount = mount
         self._proc: subprocess.Popen | None = None
+        self._ask_lock = threading.Lock()  # one command and its answer at a time
 
     def __enter__(self) -> "LazyFS":
         why = unavailable_reason()
@@ -51,30 +49,37 @@ class LazyFS:
             raise MountFailed(why)
         os.makedirs(self.backing, exist_ok=True)
         os.makedirs(self.mount, exist_ok=True)
-        self._proc = subprocess.Popen(
-            [sys.executable, os.path.abspath(__file__), self.backing, self.mount],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        # Its messages go to a file: a pipe nobody drains would stall the file system.
+        self.log_path = self.backing.rstrip("/") + ".log"
+        with open(self.log_path, "wb") as log:
+            self._proc = subprocess.Popen(
+                [sys.executable, os.path.abspath(__file__), self.backing, self.mount],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True)
         ready = self._proc.stdout.readline()
         if not ready.startswith("ready"):
             self._proc.wait()
-            raise MountFailed("LazyFS did not mount: " + (self._proc.stderr.read().strip()
-                                                           or "no reason given"))
+            self._proc.stdout.close()
+            self._proc = None
+            with open(self.log_path, encoding="utf-8", errors="replace") as log:
+                raise MountFailed("LazyFS did not mount: " + (log.read().strip()
+                                                               or "no reason given"))
         return self
 
     def __exit__(self, *exc_info) -> None:
         self.close()
 
     def _ask(self, command: str) -> dict:
-        self._proc.stdin.write(command + "\n")
-        self._proc.stdin.flush()
-        return json.loads(self._proc.stdout.readline())
+        with self._ask_lock:
+            self._proc.stdin.write(command + "\n")
+            self._proc.stdin.flush()
+            return json.loads(self._proc.stdout.readline())
 
     def cut(self) -> dict:
         """Lose everything not fsynced, as a power cut does; returns what was dropped."""
         return self._ask("cut")
 
     def stats(self) -> dict:
-        """Counters since the mount: fsyncs, bytes written by callers, bytes made durable."""
+        """Counters since the mount: fsyncs (also per path), bytes written, bytes made durable."""
         return self._ask("stats")
 
     def close(self) -> None:
@@ -93,7 +98,6 @@ class LazyFS:
             self._proc.kill()
             self._proc.wait()
         self._proc.stdout.close()
-        self._proc.stderr.close()
         self._proc = None
 
 
@@ -127,12 +131,15 @@ def _serve(backing: str, mount: str) -> None:
         use_ns = True
 
         def __init__(self):
-            self.lock = threading.RLock()
+            # Not "lock": that name is a FUSE operation, and defining it would take POSIX
+            # locks away from the kernel, which keeps them right for SQLite when we don't.
+            self.mutex = threading.RLock()
             self.files: dict[str, _File] = {}  # mount path -> in-memory contents
             self.handles: dict[int, tuple[int, int]] = {}  # fh -> (backing fd, epoch)
             self.next_fh = 1
             self.epoch = 0
             self.new_names: set[str] = set()  # created since their directory's last fsync
+            self.fsyncs_by_path: dict[str, int] = {}
             self.counts = {"fsyncs": 0, "fsyncdirs": 0, "bytes_written": 0,
                            "bytes_made_durable": 0, "cuts": 0, "late_writes_refused": 0}
 
@@ -163,7 +170,7 @@ def _serve(backing: str, mount: str) -> None:
 
         # -- metadata -----------------------------------------------------------------
         def getattr(self, path, fh=None):
-            with self.lock:
+            with self.mutex:
                 st = os.lstat(self.real(path))
                 attrs = {key: getattr(st, key) for key in (
                     "st_mode", "st_nlink", "st_uid", "st_gid", "st_size", "st_atime_ns",
@@ -205,14 +212,14 @@ def _serve(backing: str, mount: str) -> None:
             return 0
 
         def unlink(self, path):
-            with self.lock:
+            with self.mutex:
                 os.unlink(self.real(path))
                 self.files.pop(path, None)
                 self.new_names.discard(path)
             return 0
 
         def rename(self, old, new):
-            with self.lock:
+            with self.mutex:
                 os.rename(self.real(old), self.real(new))
                 self.files.pop(new, None)
                 if old in self.files:
@@ -230,7 +237,7 @@ def _serve(backing: str, mount: str) -> None:
 
         # -- files --------------------------------------------------------------------
         def create(self, path, mode, fi=None):
-            with self.lock:
+            with self.mutex:
                 existed = os.path.exists(self.real(path))
                 fd = os.open(self.real(path), os.O_RDWR | os.O_CREAT, mode)
                 if not existed:
@@ -239,7 +246,7 @@ def _serve(backing: str, mount: str) -> None:
                 return self.new_handle(fd)
 
         def open(self, path, flags):
-            with self.lock:
+            with self.mutex:
                 # Truncation is a write like any other: kept in memory until an fsync.
                 fd = os.open(self.real(path), os.O_RDWR if (flags & os.O_ACCMODE) != os.O_RDONLY
                              else os.O_RDONLY)
@@ -248,7 +255,7 @@ def _serve(backing: str, mount: str) -> None:
                 return self.new_handle(fd)
 
         def read(self, path, size, offset, fh):
-            with self.lock:
+            with self.mutex:
                 fd = self.fd(fh)
                 file = self.files.get(path)
                 if file is None:
@@ -256,7 +263,7 @@ def _serve(backing: str, mount: str) -> None:
                 return bytes(file.data[offset:offset + size])
 
         def write(self, path, data, offset, fh):
-            with self.lock:
+            with self.mutex:
                 self.fd(fh)
                 file = self.loaded(path)
                 end = offset + len(data)
@@ -269,7 +276,7 @@ def _serve(backing: str, mount: str) -> None:
                 return len(data)
 
         def truncate(self, path, length, fh=None):
-            with self.lock:
+            with self.mutex:
                 if fh is not None:
                     self.fd(fh)
                 file = self.loaded(path)
@@ -281,9 +288,10 @@ def _serve(backing: str, mount: str) -> None:
                 return 0
 
         def fsync(self, path, datasync, fh):
-            with self.lock:
+            with self.mutex:
                 self.fd(fh)
                 self.counts["fsyncs"] += 1
+                self.fsyncs_by_path[path] = self.fsyncs_by_path.get(path, 0) + 1
                 file = self.files.get(path)
                 if file is None:
                     return 0
@@ -305,7 +313,7 @@ def _serve(backing: str, mount: str) -> None:
             return 0
 
         def fsyncdir(self, path, datasync, fh):
-            with self.lock:
+            with self.mutex:
                 self.counts["fsyncdirs"] += 1
                 prefix = "/" if path == "/" else path + "/"
                 self.new_names = {name for name in self.new_names
@@ -316,24 +324,20 @@ def _serve(backing: str, mount: str) -> None:
             return 0
 
         def release(self, path, fh):
-            with self.lock:
+            with self.mutex:
                 entry = self.handles.pop(fh, None)
                 if entry is not None:
                     os.close(entry[0])
             return 0
 
-        def init_with_config(self, conn, config):
-            # No lock operation here: the kernel then keeps POSIX and flock locks itself,
-            # which is what SQLite needs between the server and a checker process.
-            if conn is not None:
-                conn.want &= ~(FUSE_CAP_POSIX_LOCKS | FUSE_CAP_FLOCK_LOCKS)
+        def init(self, path):
             threading.Thread(target=control, daemon=True).start()
             sys.stdout.write("ready\n")
             sys.stdout.flush()
 
         # -- control ------------------------------------------------------------------
         def cut(self) -> dict:
-            with self.lock:
+            with self.mutex:
                 lost = sum(len(f.dirty) for f in self.files.values())
                 for name in self.new_names:
                     try:
@@ -348,9 +352,9 @@ def _serve(backing: str, mount: str) -> None:
                 return dropped
 
         def stats(self) -> dict:
-            with self.lock:
-                return dict(self.counts, unsynced_pages=sum(len(f.dirty)
-                                                            for f in self.files.values()))
+            with self.mutex:
+                return dict(self.counts, fsyncs_by_path=dict(self.fsyncs_by_path),
+                            unsynced_pages=sum(len(f.dirty) for f in self.files.values()))
 
     lazy = Lazy()
 
