@@ -116,12 +116,11 @@ def unavailable_reason() -> str | None:
 
 class _File:
     """A file's contents as the callers see them, and which pages differ from the backing file."""
-    __slots__ = ("data", "dirty", "resized")
+    __slots__ = ("data", "dirty")
 
     def __init__(self, data: bytearray):
         self.data = data
-        self.dirty: set[int] = set()
-        self.resized = False
+        self.dirty: set[int] = set()  # page numbers written since the last fsync
 
 
 def _serve(backing: str, mount: str) -> None:
@@ -161,6 +160,13 @@ def _serve(backing: str, mount: str) -> None:
                 with open(self.real(path), "rb") as fh:
                     file = self.files[path] = _File(bytearray(fh.read()))
             return file
+
+        @staticmethod
+        def grow(file: _File, size: int) -> None:
+            # The new zeros are dirty too: the backing file may still hold older bytes there.
+            start = len(file.data)
+            file.data.extend(bytes(size - start))
+            file.dirty.update(range(start // PAGE, (size - 1) // PAGE + 1))
 
         def new_handle(self, fd: int) -> int:
             fh = self.next_fh
@@ -268,8 +274,7 @@ def _serve(backing: str, mount: str) -> None:
                 file = self.loaded(path)
                 end = offset + len(data)
                 if end > len(file.data):
-                    file.data.extend(bytes(end - len(file.data)))
-                    file.resized = True
+                    self.grow(file, end)
                 file.data[offset:end] = data
                 file.dirty.update(range(offset // PAGE, (end - 1) // PAGE + 1))
                 self.counts["bytes_written"] += len(data)
@@ -283,8 +288,7 @@ def _serve(backing: str, mount: str) -> None:
                 if length < len(file.data):
                     del file.data[length:]
                 else:
-                    file.data.extend(bytes(length - len(file.data)))
-                file.resized = True
+                    self.grow(file, length)
                 return 0
 
         def fsync(self, path, datasync, fh):
@@ -297,16 +301,15 @@ def _serve(backing: str, mount: str) -> None:
                     return 0
                 wfd = os.open(self.real(path), os.O_WRONLY)
                 try:
+                    os.ftruncate(wfd, len(file.data))
                     for page in sorted(file.dirty):
                         chunk = bytes(file.data[page * PAGE:(page + 1) * PAGE])
                         if chunk:
                             os.pwrite(wfd, chunk, page * PAGE)
                             self.counts["bytes_made_durable"] += len(chunk)
-                    os.ftruncate(wfd, len(file.data))
                 finally:
                     os.close(wfd)
                 file.dirty.clear()
-                file.resized = False
                 return 0
 
         def opendir(self, path):
