@@ -58,6 +58,7 @@ class LazyFS:
         ready = self._proc.stdout.readline()
         if not ready.startswith("ready"):
             self._proc.wait()
+            self._proc.stdin.close()
             self._proc.stdout.close()
             self._proc = None
             with open(self.log_path, encoding="utf-8", errors="replace") as log:
