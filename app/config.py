@@ -15,6 +15,9 @@ from urllib.parse import unquote, urlsplit
 
 KNOWN_ORIGINS = frozenset({"manual", "scheduled_node", "scheduled_system"})
 SCHEDULERS = ("system", "node")
+# SQLite's synchronous levels we offer (docs/RELIABILITY.md, "Power cuts"): full keeps every
+# answered callback across a power cut, normal fsyncs only at checkpoints.
+SQLITE_SYNCHRONOUS = ("full", "normal")
 
 # Keys the config file may hold. QL_EXECUTION_ORIGIN is set by crontab lines for the shell,
 # never read by the service; QL_BASE_URL and QL_CALLBACK_TIMEOUT are settings the service
@@ -24,7 +27,7 @@ FILE_KEYS = frozenset({
     "QL_CRONTAB_FILE", "QL_CRONTAB_INSTALL", "QL_CRONTAB_LIST", "QL3_SHADOW_ORIGINS",
     "QL3_SHADOW_FAILURE_CAP", "QL_MAX_BODY", "QL_BASE_URL", "QL_CALLBACK_TIMEOUT", "QL_DB_TIMEOUT",
     "QL_RETENTION_DAYS", "QL_RETENTION_ROWS_PER_CRON", "QL_RETENTION_LOGS_PER_CRON",
-    "QL_RETENTION_LOG_DAYS",
+    "QL_RETENTION_LOG_DAYS", "QL_SQLITE_SYNCHRONOUS",
 })
 
 # Notification settings (docs/NOTIFY.md), read by qlshadow.notify only, never by the
@@ -69,6 +72,7 @@ class Settings:
     failure_cap: int = 1000
     max_body: int = 65536
     db_timeout: float = 5.0
+    sqlite_synchronous: str = "full"
     base_url: str = "http://127.0.0.1:5600"
     callback_timeout: int = 5
     # Retention (docs/CONTRACT.md, "Retention"); 0 switches a limit off. Sized for a router:
@@ -281,6 +285,11 @@ def load(environ: Mapping[str, str] | None = None, config_file: str | None = Non
     if scheduler and scheduler not in SCHEDULERS:
         raise ConfigError(f"QL_SCHEDULER={scheduler!r} must be 'system' or 'node'")
 
+    synchronous = merged.get("QL_SQLITE_SYNCHRONOUS", "full").strip()
+    if synchronous not in SQLITE_SYNCHRONOUS:
+        raise ConfigError(f"QL_SQLITE_SYNCHRONOUS={merged['QL_SQLITE_SYNCHRONOUS']!r} "
+                          "must be 'full' or 'normal'")
+
     return Settings(
         data_dir=data_dir,
         db_url=db_url,
@@ -295,6 +304,7 @@ def load(environ: Mapping[str, str] | None = None, config_file: str | None = Non
         failure_cap=_int("QL3_SHADOW_FAILURE_CAP", merged.get("QL3_SHADOW_FAILURE_CAP", "1000"), 0, 10_000_000),
         max_body=_int("QL_MAX_BODY", merged.get("QL_MAX_BODY", "65536"), 256, 16 * 1024 * 1024),
         db_timeout=_float("QL_DB_TIMEOUT", merged.get("QL_DB_TIMEOUT", "5"), 0.1, 300),
+        sqlite_synchronous=synchronous,
         base_url=base_url,
         callback_timeout=_int("QL_CALLBACK_TIMEOUT", merged.get("QL_CALLBACK_TIMEOUT", "5"), 1, 300),
         retention_days=_int("QL_RETENTION_DAYS", merged.get("QL_RETENTION_DAYS", "30"), 0, 36500),

@@ -28,8 +28,11 @@ from .models import database
 
 log = logging.getLogger("qlshadow")
 
-# Router flash and power loss: WAL with synchronous=NORMAL cannot corrupt the file and
-# fsyncs only at checkpoints; a 512 KiB page cache per connection: the callback path touches a
+# Router flash and power loss: WAL cannot corrupt the file at either synchronous level;
+# FULL (the default, QL_SQLITE_SYNCHRONOUS) fsyncs the WAL at every commit so an answered
+# callback survives a power cut, NORMAL fsyncs only at checkpoints and a cut loses the
+# commits since the last one (docs/RELIABILITY.md, "Power cuts", measures both).
+# A 512 KiB page cache per connection: the callback path touches a
 # few pages, and a larger cache only kept what the status page and the gate had read
 # (docs/PERFORMANCE.md, the status page and memory).
 # A bounded WAL: after WAL_CHECKPOINT_PAGES pages (1 MiB of 4 KiB pages) a commit
@@ -43,7 +46,7 @@ log = logging.getLogger("qlshadow")
 # fdatasync each time (docs/PERFORMANCE.md).
 WAL_CHECKPOINT_PAGES = 256
 WAL_LIMIT_BYTES = 1280 * 1024
-SQLITE_PRAGMAS = (("synchronous", "normal"), ("foreign_keys", 1), ("cache_size", -512),
+SQLITE_PRAGMAS = (("synchronous", "full"), ("foreign_keys", 1), ("cache_size", -512),
                   ("wal_autocheckpoint", WAL_CHECKPOINT_PAGES),
                   ("journal_size_limit", WAL_LIMIT_BYTES))
 
@@ -56,6 +59,8 @@ class RouterSqliteDatabase(SqliteDatabase):
     used to replace the real cause (a full disk) in the log and in the raised error.
     """
 
+    synchronous = "full"  # the QL_SQLITE_SYNCHRONOUS level its connections set; /health shows it
+
     def rollback(self):
         if not self.is_closed() and not self.connection().in_transaction:
             return
@@ -67,12 +72,15 @@ class RouterSqliteDatabase(SqliteDatabase):
 _sqlite_write_lock = threading.Lock()
 
 
-def make_database(url: str, timeout: float = 5.0) -> Database:
+def make_database(url: str, timeout: float = 5.0, synchronous: str = "full") -> Database:
     """Build (but do not connect) the database named by a checked QL_DB_URL."""
     path = sqlite_file(url)
     if path is not None:
-        return RouterSqliteDatabase(path, pragmas=SQLITE_PRAGMAS, timeout=timeout,
-                                    autoconnect=False, check_same_thread=False)
+        pragmas = (("synchronous", synchronous),) + SQLITE_PRAGMAS[1:]
+        sqlite_db = RouterSqliteDatabase(path, pragmas=pragmas, timeout=timeout,
+                                         autoconnect=False, check_same_thread=False)
+        sqlite_db.synchronous = synchronous
+        return sqlite_db
     try:
         import psycopg2  # noqa: F401 -- only PostgreSQL needs it; say so before connecting
     except ImportError:
@@ -175,7 +183,7 @@ def open_database(settings, create: bool = True) -> tuple:
     Returns (database, journal mode on SQLite or "").
     """
     _check_data_dir(settings.data_dir, create)
-    db = make_database(settings.db_url, settings.db_timeout)
+    db = make_database(settings.db_url, settings.db_timeout, settings.sqlite_synchronous)
     bind(db)
     if is_sqlite(db):
         _check_sqlite_file(db.database, create)
@@ -399,13 +407,15 @@ def free_bytes(directory: str) -> int | None:
 
 
 def storage_figures(data_dir: str) -> dict:
-    """Database and WAL bytes (SQLite; null on PostgreSQL) and free bytes: stat calls only."""
-    db_bytes = wal_bytes = None
+    """Database and WAL bytes and the synchronous level (SQLite; null on PostgreSQL), free bytes."""
+    db_bytes = wal_bytes = synchronous = None
     if is_sqlite():
         path = database.obj.database
         db_bytes = _size(path)
         wal_bytes = _size(path + "-wal") or 0
-    return {"db_bytes": db_bytes, "wal_bytes": wal_bytes, "free_bytes": free_bytes(data_dir)}
+        synchronous = database.obj.synchronous
+    return {"db_bytes": db_bytes, "wal_bytes": wal_bytes, "free_bytes": free_bytes(data_dir),
+            "synchronous": synchronous}
 
 
 def _size(path: str) -> int | None:

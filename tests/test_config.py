@@ -129,6 +129,8 @@ BAD_VALUES = [
     ("QL_MAX_BODY", "big"), ("QL_MAX_BODY", "-1"), ("QL_MAX_BODY", "1e6"), ("QL_MAX_BODY", "0"),
     ("QL_SCHEDULER", "cron"), ("QL_SCHEDULER", "SYSTEM"),
     ("QL3_SHADOW_FAILURE_CAP", "lots"), ("QL_HOST", "a b"), ("QL_DATA_DIR", " "),
+    ("QL_SQLITE_SYNCHRONOUS", "off"), ("QL_SQLITE_SYNCHRONOUS", "FULL"),
+    ("QL_SQLITE_SYNCHRONOUS", "1"), ("QL_SQLITE_SYNCHRONOUS", ""),
 ]
 
 
@@ -207,8 +209,24 @@ def test_sqlite_runs_in_wal_mode(app, db_url):
 
 
 @pytest.mark.parametrize("backend", ["sqlite"])
-def test_sqlite_connections_use_synchronous_normal_foreign_keys_and_a_busy_timeout(app):
-    assert (_pragma("synchronous"), _pragma("foreign_keys"), _pragma("busy_timeout")) == (1, 1, 5000)
+def test_sqlite_connections_use_synchronous_full_foreign_keys_and_a_busy_timeout(app):
+    # synchronous=FULL is 2: every commit is fsynced, so an answered callback survives a cut.
+    assert (_pragma("synchronous"), _pragma("foreign_keys"), _pragma("busy_timeout")) == (2, 1, 5000)
+
+
+@pytest.mark.parametrize("backend", ["sqlite"])
+@pytest.mark.parametrize("shadow_env", [{"QL_SQLITE_SYNCHRONOUS": "normal"}])
+def test_ql_sqlite_synchronous_normal_sets_the_pragma_on_every_connection(app):
+    assert _pragma("synchronous") == 1
+
+
+def test_ql_sqlite_synchronous_is_read_from_the_config_file(tmp_path):
+    conf = tmp_path / "ql.conf"
+    conf.write_text("QL_SQLITE_SYNCHRONOUS=normal\n")
+
+    assert config.load(environ={"QL_SCHEDULER": "node"}).sqlite_synchronous == "full"
+    assert config.load(environ={"QL_SCHEDULER": "node"},
+                       config_file=str(conf)).sqlite_synchronous == "normal"
 
 
 @pytest.mark.parametrize("backend", ["sqlite"])
@@ -236,4 +254,4 @@ def test_every_thread_gets_the_pragmas_on_its_own_connection(app):
     thread.start()
     thread.join()
 
-    assert seen == [(1, 1, 5000)]
+    assert seen == [(2, 1, 5000)]

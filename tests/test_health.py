@@ -131,8 +131,10 @@ def test_health_reports_the_last_write_and_the_storage(client):
     data = client.get("/health").get_json()["data"]
 
     assert data["last_write"] == {"ok": True, "cause": None, "since": None, "failures": 0}
-    assert set(data["storage"]) == {"db_bytes", "wal_bytes", "free_bytes"}
+    assert set(data["storage"]) == {"db_bytes", "wal_bytes", "free_bytes", "synchronous"}
     assert data["storage"]["free_bytes"] > 0
+    # The SQLite level a power cut depends on; PostgreSQL has none of ours.
+    assert data["storage"]["synchronous"] == ("full" if data["storage"]["db_bytes"] else None)
 
 
 @pytest.mark.parametrize("backend", ["sqlite"])
