@@ -9,7 +9,6 @@ from __future__ import annotations
 import errno
 import logging
 import os
-import queue
 import select
 import threading
 import time
@@ -520,74 +519,6 @@ def savepoint(name: str) -> _Savepoint:
 
 
 def run_write(fn, *args):
-    """Run fn(*args) as one write transaction and return its result (or raise its error).
-
-    On SQLite under `qlshadow serve` the transaction runs on the writer thread (see
-    start_writer); otherwise on this thread's own connection.
-    """
-    writer = _writer
-    if writer is not None and is_sqlite():
-        return writer.submit(fn, args)
+    """Run fn(*args) as one write transaction on this thread's connection; returns its result."""
     with write_transaction():
         return fn(*args)
-
-
-class _Job:
-    __slots__ = ("fn", "args", "result", "error", "done")
-
-    def __init__(self, fn, args):
-        self.fn, self.args, self.result, self.error = fn, args, None, None
-        self.done = threading.Lock()
-        self.done.acquire()
-
-
-class _Writer:
-    """One thread that owns a SQLite connection and runs submitted write transactions.
-
-    Request threads parse and check a callback, hand its transaction over, and wait for it.
-    SQLite takes one writer at a time anyway; doing every write on one thread spares the
-    GIL hand-offs between waitress threads on each statement (each sqlite3 call releases
-    the GIL), which cost more than the statements. It only runs what a request submitted
-    and waits for: no timer, no polling, nothing of its own. Each job is still one
-    transaction (BEGIN IMMEDIATE under the process lock), so one callback's failure never
-    touches another's, and across processes the database's locks and unique keys decide.
-    """
-
-    def __init__(self):
-        self._jobs = queue.SimpleQueue()
-        self._thread = threading.Thread(target=self._run, name="qlshadow-writer", daemon=True)
-        self._thread.start()
-
-    def submit(self, fn, args):
-        job = _Job(fn, args)
-        self._jobs.put(job)
-        job.done.acquire()  # released by the writer when the transaction is over
-        if job.error is not None:
-            error, job.error = job.error, None
-            raise error
-        return job.result
-
-    def _run(self) -> None:
-        jobs = self._jobs
-        while True:
-            job = jobs.get()
-            try:
-                ensure_connection()
-                with write_transaction():
-                    job.result = job.fn(*job.args)
-            except BaseException as exc:  # handed to the request thread, which answers it
-                if isinstance(exc, (DatabaseError, InterfaceError)):
-                    discard_connection()  # this thread's connection: reopened on the next job
-                job.error = exc
-            finally:
-                job.done.release()
-
-
-_writer: _Writer | None = None
-
-
-def start_writer() -> None:
-    """Run SQLite write transactions submitted through run_write on one writer thread."""
-    global _writer
-    if _writer is None:
-        _writer = _Writer()
