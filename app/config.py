@@ -244,7 +244,7 @@ def default_threads(db_url: str) -> str:
     (each one costs thread switches on every statement); a PostgreSQL statement waits on a
     round trip, which other threads can use.
     """
-    return "1" if db_url.startswith("sqlite:") else "4"
+    return "4"
 
 
 def with_port(settings: Settings, port: int) -> Settings:
