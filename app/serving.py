@@ -1,19 +1,26 @@
-"""`qlshadow serve`: waitress through its documented API, on every address of QL_HOST.
+"""`qlshadow serve`: waitress on every address of QL_HOST, callbacks never behind slow work.
 
-waitress reads requests on its loop thread and answers each on one of `threads` worker
-threads (its documented `threads` adjustment). The listening sockets are bound here and
-handed over through its documented `sockets` adjustment: a name such as `localhost` that
-resolves to 127.0.0.1 and ::1 gets one socket per address, all on the same port (QL_PORT=0
-picks one free port for all of them: crontab lines and task.sh call one URL).
+The listening sockets are bound here and handed to waitress through its documented `sockets`
+adjustment: a name such as `localhost` that resolves to 127.0.0.1 and ::1 gets one socket
+per address, all on one port (QL_PORT=0 picks one free port for all of them: crontab lines
+and task.sh call one URL). Slow requests (a crontab install, the 7-day gate, a page) run on
+waitress's worker threads (its documented `threads` adjustment).
 
-No callback waits behind slow work: a crontab install, the 7-day gate, a page or a prune
-runs on its own worker thread while another thread answers callbacks. On SQLite the
-callbacks take one "callback lane" (a lock) in turn: several threads running callbacks at
-once only pass the GIL and the SQLite write lock around between them, at three times the
-CPU per callback of one (docs/PERFORMANCE.md); slow requests never take the lane.
+Callbacks take a "callback lane" of their own, one of two kinds:
+- "loop" (SQLite's default): each callback is answered on waitress's I/O loop thread right
+  after the poll that read it, never queued behind a worker. A worker hand-off cost more CPU
+  than a callback's own SQL (+66 % per callback, docs/PERFORMANCE.md). This needs waitress
+  names it does not document (its task dispatcher, loop map, channel and parsed request), so
+  it runs only on the waitress versions it was tested with (TESTED_WAITRESS); any other
+  version gets one warning line at start-up and the "lock" lane.
+- "lock": callbacks run on the worker threads, one at a time (a lock): several threads
+  running callbacks at once only pass the GIL and SQLite's write lock around.
+PostgreSQL's default is no lane: its statements wait on round trips that other worker
+threads can use.
 """
 from __future__ import annotations
 
+import collections
 import logging
 import signal
 import socket
@@ -31,6 +38,14 @@ log = logging.getLogger("qlshadow")
 SWITCH_INTERVAL = 0.0005
 # The callback route (views/callback.PATH): the requests that take the lane.
 CALLBACK_PATH = "/open/crons/status"
+
+
+# waitress versions the loop lane was tested with, [lowest, first untested).
+TESTED_WAITRESS = ((3, 0, 1), (3, 1))
+# The loop thread answers a callback only on a connection with less than this waiting to be
+# sent: waitress makes a thread that writes past its high watermark (16 MiB) wait for the
+# loop to drain it, and on the loop itself that wait would never end.
+LOOP_OUTBUF_LIMIT = 1024 * 1024
 
 
 class ListenError(Exception):
@@ -95,18 +110,94 @@ def listen_sockets(host: str, port: int) -> list:
                       f"{error.strerror or error}")
 
 
+def waitress_untested(found: str | None = None) -> str | None:
+    """The waitress version (default: the installed one) when the loop lane was not tested
+    with it, else None."""
+    if found is None:
+        from importlib.metadata import version
+        found = version("waitress")
+    try:
+        parts = tuple(int(p) for p in found.split(".")[:3])
+    except ValueError:
+        return found
+    low, high = TESTED_WAITRESS
+    return None if low <= parts and parts[:len(high)] < high else found
+
+
+class _LoopLane:
+    """waitress's task dispatcher interface: callbacks on the loop thread, the rest to workers.
+
+    waitress hands over each parsed request as its channel (add_task), from the loop thread
+    while it holds the channel's request lock, or from a worker that finished the request
+    before it on the same connection. A callback read by the loop is kept and answered after
+    the poll, when that lock is free; everything else goes to waitress's worker threads.
+    """
+
+    def __init__(self, path: str):
+        from waitress.task import ThreadedTaskDispatcher
+        self.workers = ThreadedTaskDispatcher()
+        self.path = path
+        self.pending = collections.deque()
+        self.loop_thread = threading.get_ident()
+
+    def set_thread_count(self, count: int) -> None:
+        self.workers.set_thread_count(count)
+
+    def add_task(self, channel) -> None:
+        request = channel.requests[0]
+        if (request.path == self.path and request.command in ("PUT", "POST")
+                and request.error is None and channel.total_outbufs_len < LOOP_OUTBUF_LIMIT
+                and threading.get_ident() == self.loop_thread):
+            self.pending.append(channel)
+        else:
+            self.workers.add_task(channel)
+
+    def run_pending(self) -> None:
+        pending = self.pending
+        while pending:
+            channel = pending.popleft()
+            try:
+                channel.service()  # answers every error itself; a defect below is logged
+            except Exception:
+                log.exception("unexpected error while answering a callback on %r", channel)
+
+    def shutdown(self, cancel_pending: bool = True, timeout: float = 5) -> bool:
+        while self.pending:
+            self.pending.popleft().cancel()
+        return self.workers.shutdown(cancel_pending, timeout)
+
+
 class Server:
     """A waitress server on bound sockets: run() until SIGTERM or close()."""
 
-    def __init__(self, app, sockets: list, threads: int, **options):
+    def __init__(self, app, sockets: list, threads: int, loop_lane: bool = False, **options):
         from waitress.server import create_server
         self.sockets = sockets
         self.port = sockets[0].getsockname()[1]
+        self.lane = _LoopLane(CALLBACK_PATH) if loop_lane else None
+        if self.lane is not None:
+            self.lane.set_thread_count(threads)
+            options["_dispatcher"] = self.lane
         self.waitress = create_server(app, sockets=sockets, threads=threads, **options)
 
     def run(self) -> None:
         """Serve until the loop is stopped (SystemExit from a signal handler, or close())."""
-        self.waitress.run()
+        if self.lane is None:
+            self.waitress.run()
+            return
+        from waitress import wasyncore
+        server, lane = self.waitress, self.lane
+        lane.loop_thread = threading.get_ident()
+        # One socket: the server is its own loop; several: they share the map it returns.
+        channels = getattr(server, "map", None) or server._map
+        poll = wasyncore.poll2 if server.adj.asyncore_use_poll else wasyncore.poll
+        timeout = server.adj.asyncore_loop_timeout
+        try:
+            while channels:
+                poll(timeout, channels)
+                lane.run_pending()
+        except (SystemExit, KeyboardInterrupt):
+            pass
 
     def close(self) -> None:
         """Stop the worker threads and close every socket."""
@@ -115,12 +206,18 @@ class Server:
             sock.close()
 
 
-def make_server(app, host: str, port: int, threads: int, callback_lane: bool,
+LANES = ("loop", "lock", "off")
+
+
+def make_server(app, host: str, port: int, threads: int, callback_lane: str,
                 **options) -> Server:
-    """A waitress server for app on every address of host (options: waitress adjustments)."""
-    if callback_lane:
+    """A waitress server for app on every address of host, callbacks in callback_lane
+    ("loop", "lock" or "off"; see the module's docstring); options: waitress adjustments."""
+    if callback_lane not in LANES:
+        raise ValueError(f"callback_lane must be one of {LANES}, not {callback_lane!r}")
+    if callback_lane == "lock":
         app = CallbackLane(app)
-    return Server(app, listen_sockets(host, port), threads, **options)
+    return Server(app, listen_sockets(host, port), threads, callback_lane == "loop", **options)
 
 
 def url_host(host: str) -> str:
@@ -128,19 +225,27 @@ def url_host(host: str) -> str:
     return f"[{host}]" if ":" in host else host
 
 
-def serve(settings, threads: int | None = None, callback_lane: bool | None = None,
+def serve(settings, threads: int | None = None, callback_lane: str | None = None,
           switch_interval: float = SWITCH_INTERVAL) -> int:
     """Run the service until SIGTERM; returns the exit status (0).
 
-    threads (default QL_THREADS), callback_lane (default: on SQLite) and switch_interval
-    are parameters so that scripts/bench.py can compare designs without patching anything.
+    threads (default QL_THREADS), callback_lane (default: "loop" on SQLite, "off" on
+    PostgreSQL) and switch_interval are parameters so that scripts/bench.py can compare
+    designs without patching anything.
     """
     from . import config, crontab, db
     from .views import create_app, fastpath
     app = create_app(settings)
     threads = settings.threads if threads is None else threads
     if callback_lane is None:
-        callback_lane = db.is_sqlite()
+        callback_lane = "loop" if db.is_sqlite() else "off"
+    untested = waitress_untested() if callback_lane == "loop" else None
+    if untested:
+        low, high = (".".join(map(str, v)) for v in TESTED_WAITRESS)
+        print(f"qlshadow: warning: waitress {untested} is not a version the callback lane "
+              f"was tested with (>={low}, <{high}); callbacks run on the worker threads, "
+              "one at a time", file=sys.stderr, flush=True)
+        callback_lane = "lock"
     # A short GIL switch interval (see SWITCH_INTERVAL): set once, for this process only.
     sys.setswitchinterval(switch_interval)
     handler = logging.StreamHandler()

@@ -192,19 +192,20 @@ print((time.process_time() - t) / n * 1e6)
 # --variants: (name, serving.serve options and the two patches above, QL_THREADS or None for
 # the product's default). Shadow on, SQLite.
 VARIANTS = (
-    ("on_flask_4t_5ms", {"route": "flask", "callback_lane": False, "switch_interval": 0.005}, 4),
-    ("on_1t", {}, 1),  # one worker thread: nothing runs beside a callback
-    ("on_4t_nolane", {"callback_lane": False}, 4),  # every thread may run callbacks at once
-    ("on_4t_5ms", {"switch_interval": 0.005}, 4),  # Python's default switch interval
+    ("on_flask_4t_5ms", {"route": "flask", "callback_lane": "off", "switch_interval": 0.005}, 4),
+    # waitress's documented API only: callbacks on 4 worker threads, one at a time / all at once
+    ("on_workers_lock", {"callback_lane": "lock"}, 4),
+    ("on_workers_free", {"callback_lane": "off"}, 4),
+    ("on_loop_5ms", {"switch_interval": 0.005}, None),  # Python's default switch interval
     ("on_nometrics", {"counters": "nometrics"}, None),  # the shipped design, counters off
 )
 # --design-space: more points around the shipped design (Shadow on, SQLite), each changing
 # one thing: (name, QL_THREADS, serving.serve options, BENCH_* knobs and environment).
 DESIGN_SPACE = (
-    ("ds_2t", 2, {}, {}),
-    ("ds_3t", 3, {}, {}),
-    ("ds_8t", 8, {}, {}),
-    ("ds_2t_nolane", 2, {"callback_lane": False}, {}),
+    ("ds_1t", 1, {}, {}),
+    ("ds_4t", 4, {}, {}),
+    ("ds_lock_1t", 1, {"callback_lane": "lock"}, {}),
+    ("ds_lock_2t", 2, {"callback_lane": "lock"}, {}),
     ("ds_switch_2ms", None, {"switch_interval": 0.002}, {}),
     ("ds_checkpoint_1000", None, {}, {"BENCH_WAL_AUTOCHECKPOINT": "1000"}),
     ("ds_no_retention", None, {}, {"BENCH_NO_RETENTION": "1"}),

@@ -41,6 +41,10 @@ def app(environ, start_response):
         # Slow work that ends only once a callback has been answered beside it.
         callback_answered.wait(60)
         body = b"slow done" if callback_answered.is_set() else b"slow gave up"
+    elif path == "/which":
+        body = threading.current_thread().name.encode()
+    elif path == serving.CALLBACK_PATH and environ.get("QUERY_STRING") == "which":
+        body = threading.current_thread().name.encode()
     elif path == serving.CALLBACK_PATH:
         with lock:
             running[0] += 1
@@ -56,7 +60,7 @@ def app(environ, start_response):
     return [body]
 
 
-server = serving.make_server(app, "127.0.0.1", 0, int(sys.argv[1]), sys.argv[2] == "lane")
+server = serving.make_server(app, "127.0.0.1", 0, int(sys.argv[1]), sys.argv[2])
 print(f"toy serving http://127.0.0.1:{server.port}", flush=True)
 try:
     server.run()
@@ -69,11 +73,10 @@ finally:
 def toy_server(tmp_path):
     started = []
 
-    def start(threads: int = 2, lane: bool = True):
+    def start(threads: int = 2, lane: str = "loop"):
         log_path = tmp_path / f"toy-{len(started)}.log"
         log = open(log_path, "wb")
-        process = subprocess.Popen([sys.executable, "-c", TOY_APP, str(threads),
-                                    "lane" if lane else "free"], cwd=ROOT,
+        process = subprocess.Popen([sys.executable, "-c", TOY_APP, str(threads), lane], cwd=ROOT,
                                    stdout=log, stderr=subprocess.STDOUT)
         started.append((process, log))
         deadline = time.monotonic() + 30
@@ -117,8 +120,9 @@ def test_requests_run_on_the_worker_threads_asked_for(toy_server):
     assert _threads_of(process.pid) == 1 + 3  # waitress's loop and three workers
 
 
-def test_a_callback_is_answered_while_slow_work_holds_another_thread(toy_server):
-    _, port, _ = toy_server(2)
+@pytest.mark.parametrize("threads, lane", [(1, "loop"), (2, "loop"), (2, "lock")])
+def test_a_callback_is_answered_while_slow_work_holds_a_worker(toy_server, threads, lane):
+    _, port, _ = toy_server(threads, lane)
     slow = []
     worker = threading.Thread(target=lambda: slow.append(
         http("GET", f"http://127.0.0.1:{port}/slow", timeout=90)[1]))
@@ -133,15 +137,42 @@ def test_a_callback_is_answered_while_slow_work_holds_another_thread(toy_server)
     assert slow == [b"slow done"]
 
 
-def test_the_lane_runs_one_callback_at_a_time_and_without_it_they_overlap(toy_server):
-    _, lane_port, _ = toy_server(4, lane=True)
-    _, free_port, _ = toy_server(4, lane=False)
+@pytest.mark.parametrize("lane, callback_thread", [("loop", "MainThread"), ("lock", "waitress"),
+                                                   ("off", "waitress")])
+def test_the_loop_lane_answers_callbacks_on_the_loop_thread_and_nothing_else(
+        toy_server, lane, callback_thread):
+    _, port, _ = toy_server(2, lane)
 
-    with_lane = _callbacks_at_once(lane_port, 8)
-    without = _callbacks_at_once(free_port, 8)
+    callback = http("PUT", f"http://127.0.0.1:{port}/open/crons/status?which", b"{}")[1]
+    other = http("GET", f"http://127.0.0.1:{port}/which")[1]
+    read = http("GET", f"http://127.0.0.1:{port}/open/crons/status?which")[1]
 
-    assert max(with_lane) == b"at most 1 at once"
-    assert max(without) > b"at most 1 at once"  # the toy app really sees overlaps
+    assert callback.decode().startswith(callback_thread)
+    assert other.decode().startswith("waitress") and read.decode().startswith("waitress")
+
+
+@pytest.mark.parametrize("lane, most", [("loop", b"at most 1 at once"),
+                                        ("lock", b"at most 1 at once")])
+def test_a_lane_runs_one_callback_at_a_time(toy_server, lane, most):
+    _, port, _ = toy_server(4, lane)
+
+    assert max(_callbacks_at_once(port, 8)) == most
+
+
+def test_without_a_lane_callbacks_overlap_in_the_toy_app(toy_server):
+    # The toy app really sees overlaps, so the test above can fail.
+    _, port, _ = toy_server(4, "off")
+
+    assert max(_callbacks_at_once(port, 8)) > b"at most 1 at once"
+
+
+def test_the_loop_lane_runs_only_on_the_waitress_versions_it_was_tested_with():
+    from qlshadow.serving import waitress_untested
+
+    assert waitress_untested() is None  # the installed one
+    assert [waitress_untested(v) for v in ("3.0.1", "3.0.2", "3.0.9")] == [None] * 3
+    assert [waitress_untested(v) for v in ("2.1.4", "3.0.0", "3.1.0", "4.0", "3.x")] == [
+        "2.1.4", "3.0.0", "3.1.0", "4.0", "3.x"]
 
 
 def test_a_client_that_stops_reading_a_large_answer_blocks_no_one(toy_server):
@@ -202,13 +233,14 @@ needs_namespace = pytest.mark.skipif(
     reason="needs root for a private mount namespace and an IPv6 loopback")
 
 
-def _serve(tmp_path, host: str, hosts_file: str | None = None):
-    """`qlshadow serve` with QL_HOST=host, in a namespace seeing hosts_file as /etc/hosts."""
+def _serve(tmp_path, host: str, hosts_file: str | None = None, code: str | None = None):
+    """`qlshadow serve` with QL_HOST=host, in a namespace seeing hosts_file as /etc/hosts
+    (or the Python code given, which runs it)."""
     data = tmp_path / "data"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("QL_", "QL3_"))}
     env.update({"QL_DATA_DIR": str(data), "QL_DB_URL": f"sqlite:///{data}/q.db",
                 "QL_HOST": host, "QL_PORT": "0", "QL_SCHEDULER": "node"})
-    argv = [sys.executable, "-m", "qlshadow.cli", "serve"]
+    argv = [sys.executable, "-c", code] if code else [sys.executable, "-m", "qlshadow.cli", "serve"]
     if hosts_file is not None:
         # unshare execs sh, which execs Python: the PID Popen gives is the server's own.
         argv = [shutil.which("unshare"), "-m", "sh", "-c",
@@ -290,3 +322,26 @@ def test_a_port_in_use_is_one_line_naming_the_keys(tmp_path):
     assert result.returncode == 1
     assert result.stderr.splitlines() == [
         f"qlshadow: cannot listen on 127.0.0.1:{port} (QL_HOST/QL_PORT): Address already in use"]
+
+
+UNTESTED_WAITRESS = """
+import importlib.metadata, sys
+installed = importlib.metadata.version
+importlib.metadata.version = lambda name: "3.9.0" if name == "waitress" else installed(name)
+from qlshadow.cli import main
+sys.exit(main(["serve"]))
+"""
+
+
+def test_an_untested_waitress_is_one_warning_line_and_callbacks_take_the_lock_lane(tmp_path):
+    process, log, log_path, _, port = _serve(tmp_path, "127.0.0.1", code=UNTESTED_WAITRESS)
+    try:
+        assert _health("127.0.0.1", port) == 200
+    finally:
+        stop_process(process)
+        log.close()
+
+    warnings = [line for line in log_path.read_text().splitlines() if "warning" in line]
+    assert warnings == ["qlshadow: warning: waitress 3.9.0 is not a version the callback lane "
+                        "was tested with (>=3.0.1, <3.1); callbacks run on the worker "
+                        "threads, one at a time"]
