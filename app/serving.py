@@ -41,7 +41,7 @@ CALLBACK_PATH = "/open/crons/status"
 
 
 # waitress versions the loop lane was tested with, [lowest, first untested).
-TESTED_WAITRESS = ((3, 0, 1), (3, 1))
+TESTED_WAITRESS = ((3, 0, 2), (3, 1))
 # The loop thread answers a callback only on a connection with less than this waiting to be
 # sent: waitress makes a thread that writes past its high watermark (16 MiB) wait for the
 # loop to drain it, and on the loop itself that wait would never end.

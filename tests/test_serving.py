@@ -170,9 +170,9 @@ def test_the_loop_lane_runs_only_on_the_waitress_versions_it_was_tested_with():
     from qlshadow.serving import waitress_untested
 
     assert waitress_untested() is None  # the installed one
-    assert [waitress_untested(v) for v in ("3.0.1", "3.0.2", "3.0.9")] == [None] * 3
-    assert [waitress_untested(v) for v in ("2.1.4", "3.0.0", "3.1.0", "4.0", "3.x")] == [
-        "2.1.4", "3.0.0", "3.1.0", "4.0", "3.x"]
+    assert [waitress_untested(v) for v in ("3.0.2", "3.0.9")] == [None] * 2
+    assert [waitress_untested(v) for v in ("2.1.4", "3.0.1", "3.1.0", "4.0", "3.x")] == [
+        "2.1.4", "3.0.1", "3.1.0", "4.0", "3.x"]
 
 
 def test_a_client_that_stops_reading_a_large_answer_blocks_no_one(toy_server):
@@ -343,5 +343,5 @@ def test_an_untested_waitress_is_one_warning_line_and_callbacks_take_the_lock_la
 
     warnings = [line for line in log_path.read_text().splitlines() if "warning" in line]
     assert warnings == ["qlshadow: warning: waitress 3.9.0 is not a version the callback lane "
-                        "was tested with (>=3.0.1, <3.1); callbacks run on the worker "
+                        "was tested with (>=3.0.2, <3.1); callbacks run on the worker "
                         "threads, one at a time"]
