@@ -472,9 +472,19 @@ def _size(path: str) -> int | None:
 
 
 def checkpoint() -> None:
-    """Copy the WAL into the database and truncate it to zero bytes (SQLite; `prune`)."""
+    """Copy the WAL into the database and truncate it to zero bytes (SQLite; `prune`).
+
+    Without waiting: while a reader (the gate over a long window) keeps an older snapshot,
+    a TRUNCATE checkpoint waits in the busy handler holding the write lock, and every
+    callback would wait with it. Then it copies what it can, and a later one truncates.
+    """
     if is_sqlite():
-        database.obj.execute_sql("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        db = database.obj
+        db.execute_sql("PRAGMA busy_timeout = 0")
+        try:
+            db.execute_sql("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        finally:
+            db.execute_sql(f"PRAGMA busy_timeout = {int(db.timeout * 1000)}")
 
 
 class _Savepoint:

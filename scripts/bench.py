@@ -666,7 +666,7 @@ print(" ".join(str(cron_id) for cron_id, _ in cron_ids))
 """
 
 
-def seed(python: str, env: dict, crons: int, runs: int, old: int) -> list:
+def seed_database(python: str, env: dict, crons: int, runs: int, old: int) -> list:
     """Fill a product database (see SEED_SOURCE); returns the ids of the crons it made."""
     result = subprocess.run([python, "-c", SEED_SOURCE, str(crons), str(runs), str(old)],
                             env=env, cwd=ROOT, capture_output=True, text=True, timeout=1800)
@@ -1084,7 +1084,7 @@ def run(args) -> dict:
                                       db_path=path, extra_env={**extra, **slow_env(2)})
                 progress(f"{name}: seeding {args.slow_runs:,} Runs in the gate's window and "
                          f"{args.slow_runs // 4:,} older ones")
-                cron_ids = seed(python, server.env, 100, args.slow_runs, args.slow_runs // 4)
+                cron_ids = seed_database(python, server.env, 100, args.slow_runs, args.slow_runs // 4)
                 servers.append(server)
                 server.start()
                 got = slow_work(server.port, server.token, cron_ids, args.slow_seconds, python,
