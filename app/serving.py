@@ -197,7 +197,9 @@ class Server:
                 poll(timeout, channels)
                 lane.run_pending()
         except (SystemExit, KeyboardInterrupt):
-            pass
+            pass  # as waitress's own run(): a signal ends the loop
+        finally:
+            lane.shutdown()
 
     def close(self) -> None:
         """Stop the worker threads and close every socket."""
