@@ -330,6 +330,23 @@ def write_transaction():
     return db.atomic()
 
 
+# Long write work (`qlshadow prune`) runs in slices, and after each one leaves the write lock
+# free for this long: a writer of another process that waits in SQLite's busy handler looks
+# again at most every 100 ms, and without a pause the next slice would take the lock first
+# every time (the server's callbacks then failed with "database is locked" after 5 s).
+# With it, a callback waits at most one slice and one pause.
+SLICE_PAUSE = 0.12
+
+
+@contextmanager
+def write_slice():
+    """One slice of long write work: a write transaction, then (SQLite) a pause holding no lock."""
+    with write_transaction():
+        yield
+    if is_sqlite():  # PostgreSQL locks rows, not the database: nobody waits for the slice
+        time.sleep(SLICE_PAUSE)
+
+
 class _SqliteWrite:
     """BEGIN IMMEDIATE ... COMMIT on the driver's connection, under the process write lock.
 

@@ -255,7 +255,7 @@ def prune(settings, now: int) -> dict:
     Task logs go first: on a full disk they free the space the database needs to delete.
     Then the WAL is checkpointed and truncated, giving its space back at once.
     """
-    from .db import checkpoint, connected, write_transaction
+    from .db import checkpoint, connected, write_slice, write_transaction
     from .models import Token
 
     policy = policy_of(settings)
@@ -270,7 +270,7 @@ def prune(settings, now: int) -> dict:
     def repeat(step) -> int:
         total = 0
         while True:
-            with write_transaction():
+            with write_slice():
                 count = step()
             total += count
             if count < PRUNE_BATCH:
@@ -296,7 +296,7 @@ def prune(settings, now: int) -> dict:
 
 def _expired_runs_all(cutoff: int) -> int:
     """Every exited Run accepted and exited before cutoff, walking the table's key."""
-    from .db import write_transaction
+    from .db import write_slice
     execute = database.obj.execute_sql
     window = prebuilt('SELECT "accepted_at", "id" FROM "shadow_runs" WHERE "accepted_at" < ? '
                       'AND ("accepted_at", "id") > (?, ?) ORDER BY "accepted_at", "id" '
@@ -308,7 +308,7 @@ def _expired_runs_all(cutoff: int) -> int:
                     'ORDER BY "accepted_at" DESC, "id" DESC LIMIT 1')
     after, total = (-2**62, ""), 0
     while True:
-        with write_transaction():
+        with write_slice():
             upto = execute(window, (cutoff, *after, PRUNE_BATCH - 1)).fetchone()
             if upto is None:
                 upto = execute(last, (cutoff,)).fetchone()
@@ -320,7 +320,7 @@ def _expired_runs_all(cutoff: int) -> int:
 
 def _expired_instances_all(cutoff: int) -> int:
     """Every finished instance older than cutoff, walking the table by id in batches."""
-    from .db import write_transaction
+    from .db import write_slice
     execute = database.obj.execute_sql
     window = prebuilt('SELECT MAX("id") FROM (SELECT "id" FROM "running_instances" WHERE '
                       f'"id" > ? AND "status" <> {INSTANCE_RUNNING} ORDER BY "id" LIMIT ?) AS b')
@@ -328,7 +328,7 @@ def _expired_instances_all(cutoff: int) -> int:
                       f'"status" <> {INSTANCE_RUNNING} AND "finished_at" < ?')
     after, total = 0, 0
     while True:
-        with write_transaction():
+        with write_slice():
             upto = execute(window, (after, PRUNE_BATCH)).fetchone()[0]
             if upto is None:
                 return total

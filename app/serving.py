@@ -179,6 +179,21 @@ class Server:
             self.lane.set_thread_count(threads)
             options["_dispatcher"] = self.lane
         self.waitress = create_server(app, sockets=sockets, threads=threads, **options)
+        if self.lane is not None:
+            # A worker pulls a listening server's trigger (a pipe write) to wake the loop when
+            # it has output; the loop answering a callback polls next anyway.
+            listeners = getattr(self.waitress, "map", {self: self.waitress}).values()
+            for listener in listeners:
+                if hasattr(listener, "pull_trigger") and hasattr(listener, "trigger"):
+                    listener.pull_trigger = self._trigger_from_workers(listener.pull_trigger)
+
+    def _trigger_from_workers(self, pull):
+        lane = self.lane
+
+        def pull_trigger() -> None:
+            if threading.get_ident() != lane.loop_thread:
+                pull()
+        return pull_trigger
 
     def run(self) -> None:
         """Serve until the loop is stopped (SystemExit from a signal handler, or close())."""

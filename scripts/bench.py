@@ -1078,8 +1078,8 @@ def run(args) -> dict:
                 server = make_product(name, python, base, f"sqlite:///{path}", True, args.threads,
                                       db_path=path, extra_env={**extra, **slow_env(2)})
                 progress(f"{name}: seeding {args.slow_runs:,} Runs in the gate's window and "
-                         f"{args.slow_runs // 4:,} older ones")
-                cron_ids = seed_database(python, server.env, 100, args.slow_runs, args.slow_runs // 4)
+                         f"{args.slow_runs // 20:,} older ones")
+                cron_ids = seed_database(python, server.env, 100, args.slow_runs, args.slow_runs // 20)
                 servers.append(server)
                 server.start()
                 got = slow_work(server.port, server.token, cron_ids, args.slow_seconds, python,

@@ -1,6 +1,6 @@
 """No callback waits behind slow work (issue 22): `qlshadow serve` on SQLite, Shadow on.
 
-A real server over a database of 1,000,000 Runs in the gate's window (and 250,000 older
+A real server over a database of 1,000,000 Runs in the gate's window (and 50,000 older
 ones for `qlshadow prune` to delete) answers paced callbacks while, each in its own loop,
 cron changes install the crontab with a command that takes 2 s, the 7-day gate runs over
 those Runs, status pages render and `qlshadow prune` runs in its own process. The load is
@@ -34,7 +34,7 @@ def test_callbacks_keep_their_pace_beside_installs_gates_pages_and_prunes(tmp_pa
     run_cli(env, "token", "system")  # the schema, before the Runs go in
     full_env = {k: v for k, v in os.environ.items() if not k.startswith(("QL_", "QL3_"))}
     full_env.update(env)
-    cron_ids = bench.seed_database(sys.executable, full_env, 100, 1_000_000, 250_000)
+    cron_ids = bench.seed_database(sys.executable, full_env, 100, 1_000_000, 50_000)
     server = LiveServer(env)
     try:
         got = bench.slow_work(server.port, server.token, cron_ids, 30, sys.executable, full_env)
