@@ -8,11 +8,12 @@ waitress's worker threads (its documented `threads` adjustment).
 
 Callbacks take a "callback lane" of their own, one of two kinds:
 - "loop" (SQLite's default): each callback is answered on waitress's I/O loop thread right
-  after the poll that read it, never queued behind a worker. A worker hand-off cost more CPU
-  than a callback's own SQL (+66 % per callback, docs/PERFORMANCE.md). This needs waitress
-  names it does not document (its task dispatcher, loop map, channel and parsed request), so
-  it runs only on the waitress versions it was tested with (TESTED_WAITRESS); any other
-  version gets one warning line at start-up and the "lock" lane.
+  after the poll that read it, never queued behind a worker. A hand-off to a worker costs
+  more CPU than the callback's own SQL (about 1.6 times the CPU per callback,
+  docs/PERFORMANCE.md). This needs waitress names it does not document (its task
+  dispatcher, loop map, trigger, channel and parsed request), so it runs only on the
+  waitress versions it was tested with (TESTED_WAITRESS); any other version gets one
+  warning line at start-up and the "lock" lane.
 - "lock": callbacks run on the worker threads, one at a time (a lock): several threads
   running callbacks at once only pass the GIL and SQLite's write lock around.
 PostgreSQL's default is no lane: its statements wait on round trips that other worker
@@ -38,8 +39,6 @@ log = logging.getLogger("qlshadow")
 SWITCH_INTERVAL = 0.0005
 # The callback route (views/callback.PATH): the requests that take the lane.
 CALLBACK_PATH = "/open/crons/status"
-
-
 # waitress versions the loop lane was tested with, [lowest, first untested).
 TESTED_WAITRESS = ((3, 0, 2), (3, 1))
 # The loop thread answers a callback only on a connection with less than this waiting to be
@@ -53,7 +52,7 @@ class ListenError(Exception):
 
 
 class CallbackLane:
-    """WSGI middleware: callbacks run one at a time; every other request runs beside them."""
+    """The "lock" lane, as WSGI middleware: callbacks one at a time, other requests beside."""
 
     def __init__(self, app, path: str = CALLBACK_PATH):
         self.app = app
