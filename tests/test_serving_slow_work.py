@@ -42,7 +42,7 @@ def test_callbacks_keep_their_pace_beside_installs_gates_pages_and_prunes(tmp_pa
         server.stop()
 
     assert got["errors"] == 0, got["first_error"]
-    assert got["installs"] >= 2 and got["gates"] >= 1 and got["pages"] >= 2 and got["prunes"] >= 1
+    assert min(got["installs"], got["gates"], got["pages"], got["prunes"]) >= 1, got
     # Callbacks were sent after an install, a gate and a page had started and were answered
     # before it ended: none of them queued behind that slow request.
     assert all(got["answered_inside"][kind] > 0 for kind in ("installs", "gates", "pages")), got
