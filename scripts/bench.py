@@ -1327,11 +1327,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-rate", type=int, default=12000,
                         help="with wrk: callbacks/s no server reaches (sizes each round's bodies)")
     parser.add_argument("--variants", action="store_true",
-                        help="also run earlier designs side by side (Flask route only; the fast "
-                             "path with Python's default switch interval)")
+                        help="also run other serving designs side by side (the Flask route, "
+                             "callbacks on worker threads, Python's default switch interval, "
+                             "metrics off)")
     parser.add_argument("--design-space", action="store_true",
                         help="also run more points around the shipped design: thread counts, "
-                             "the writer thread, the checkpoint interval, no retention step, "
+                             "the lock lane, the checkpoint interval, no retention step, "
                              "the page cache, and synchronous=off as a bound")
     parser.add_argument("--design", action="append", default=[], metavar="NAME",
                         choices=[d[0] for d in DESIGN_SPACE],
