@@ -331,20 +331,24 @@ def write_transaction():
 
 
 # Long write work (`qlshadow prune`) runs in slices, and after each one leaves the write lock
-# free for this long: a writer of another process that waits in SQLite's busy handler looks
-# again at most every 100 ms, and without a pause the next slice would take the lock first
-# every time (the server's callbacks then failed with "database is locked" after 5 s).
-# With it, a callback waits at most one slice and one pause.
-SLICE_PAUSE = 0.12
+# free for a while: without a pause the next slice took the lock back first every time, and
+# the server's callbacks, waiting in SQLite's busy handler, failed with "database is locked"
+# after 5 s. That handler looks again after 1, 2, 5, 10, 15, 20, 25, 25, 25, 50, 50 ms and
+# then every 100 ms, so a waiter that began during a slice of t ms looks again within about
+# half of t (at most 100 ms) after it ends: the pause is 1.5 t, from 30 to 120 ms, and a
+# callback waits at most about one slice.
+SLICE_PAUSE = (0.03, 0.12)
 
 
 @contextmanager
 def write_slice():
     """One slice of long write work: a write transaction, then (SQLite) a pause holding no lock."""
+    began = time.monotonic()
     with write_transaction():
         yield
     if is_sqlite():  # PostgreSQL locks rows, not the database: nobody waits for the slice
-        time.sleep(SLICE_PAUSE)
+        low, high = SLICE_PAUSE
+        time.sleep(min(high, max(low, 1.5 * (time.monotonic() - began))))
 
 
 class _SqliteWrite:

@@ -32,7 +32,7 @@ DAY = 86400
 # instance), so the write path keeps up; and a few pages per step, never a long lock.
 PRUNE_EVERY = 64
 WRITE_BATCH = 64
-PRUNE_BATCH = 256   # rows per transaction in `qlshadow prune`: callbacks wait at most that
+PRUNE_BATCH = 64    # rows per transaction in `qlshadow prune`: callbacks wait at most that
 LOG_NAME = re.compile(r"(\d{4})-(\d\d)-(\d\d)-(\d\d)-(\d\d)-(\d\d)-\d+\.log")
 
 
