@@ -683,10 +683,11 @@ def slow_env(install_seconds: float) -> dict:
 
 
 def slow_work(port: int, token: str, cron_ids: list, seconds: float, python: str, env: dict,
-              rate: float = 40.0, clients: int = 2) -> dict:
+              rate: float = 40.0, clients: int = 2,
+              kinds: tuple = ("installs", "gates", "pages", "prunes")) -> dict:
     """Callbacks at `rate` per second from `clients` connections while, each in its own
     loop for `seconds`: cron changes (each installs the crontab), the 7-day gate, status
-    pages, and `qlshadow prune` in its own process. Every loop is bounded by the deadline
+    pages, and `qlshadow prune` in its own process (those named in kinds). Every loop is bounded by the deadline
     (a request in flight then still finishes).
 
     Returns the callbacks' latencies (p50/p99/max), how many of each slow thing ran, and for
@@ -786,7 +787,7 @@ def slow_work(port: int, token: str, cron_ids: list, seconds: float, python: str
 
     workers = [threading.Thread(target=loop, args=(kind, action), daemon=True)
                for kind, action in (("installs", install), ("gates", gate), ("pages", page),
-                                    ("prunes", prune))]
+                                    ("prunes", prune)) if kind in kinds]
     workers += [threading.Thread(target=sender, args=(k,), daemon=True) for k in range(clients)]
     for worker in workers:
         worker.start()
