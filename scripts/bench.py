@@ -687,8 +687,8 @@ def slow_work(port: int, token: str, cron_ids: list, seconds: float, python: str
               kinds: tuple = ("installs", "gates", "pages", "prunes")) -> dict:
     """Callbacks at `rate` per second from `clients` connections while, each in its own
     loop for `seconds`: cron changes (each installs the crontab), the 7-day gate, status
-    pages, and `qlshadow prune` in its own process (those named in kinds). Every loop is bounded by the deadline
-    (a request in flight then still finishes).
+    pages, and `qlshadow prune` in its own process (those named in kinds). Every loop is
+    bounded by the deadline (a request in flight then still finishes).
 
     Returns the callbacks' latencies (p50/p99/max), how many of each slow thing ran, and for
     each kind how many callbacks were sent after one had started and answered before it
