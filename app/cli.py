@@ -9,10 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import os
-import signal
-import socket
 import sys
 
 from peewee import DatabaseError, IntegrityError, InterfaceError
@@ -59,113 +56,11 @@ def _print_json(data) -> None:
     print(json.dumps(data, indent=2, ensure_ascii=False))
 
 
-def _startup_crontab(settings) -> None:
-    """Record the install settings for CLI commands, and re-render the crontab so that its
-    lines call this server as configured now (only once a block file exists: a first start
-    with no crons has nothing to install)."""
-    try:
-        crontab.record_settings(settings)
-    except crontab.CrontabError as exc:
-        print(f"qlshadow: warning: CLI commands cannot see where this server installs: {exc}",
-              file=sys.stderr, flush=True)
-    if not os.path.exists(settings.crontab_file):
-        return
-    try:
-        crontab.sync(settings)
-    except crontab.CrontabError as exc:
-        print(f"qlshadow: warning: crontab not updated: {exc}", file=sys.stderr, flush=True)
-
-
-# Seconds a thread may hold the GIL while another waits for it (Python's default: 0.005).
-# Each SQLite call releases the GIL; when a waitress thread that is parsing a request takes
-# it, the writer waits for the rest of that thread's interval before its next statement.
-# 0.5 ms bounds that wait at a tenth; it changes only when threads are forced to take turns
-# (never correctness: every shared structure here is behind a lock or the database), and
-# its cost, more frequent hand-offs, is measured in docs/PERFORMANCE.md.
-SWITCH_INTERVAL = 0.0005
-# With more than one request thread on SQLite, writes run on one writer thread
-# (db.start_writer); with one (the SQLite default) they run inline, which saves two thread
-# hand-offs per callback. The bench turns the writer off to compare.
-WRITER_THREAD = True
-
-
 def cmd_serve(args) -> int:
     # Flask and waitress load only for serve: the other commands (a task's token refresh
     # among them) start faster and smaller without them.
-    from .serving import make_server
-    from .views import create_app
-    settings = _settings(args, server=True)
-    app = create_app(settings)
-    # A short GIL switch interval (see SWITCH_INTERVAL): set once, for this process only.
-    sys.setswitchinterval(SWITCH_INTERVAL)
-    if WRITER_THREAD and settings.threads > 1 and db.is_sqlite():
-        db.start_writer()
-    handler = logging.StreamHandler()
-    handler.setFormatter(_LogFormat())
-    logging.basicConfig(level=logging.INFO, handlers=[handler])
-    # waitress warns "Task queue depth is N" for every queued request: a crond burst would
-    # fill a router's log with them.
-    logging.getLogger("waitress.queue").setLevel(logging.ERROR)
-    backstop = max(1024 * 1024, settings.max_body * 2)
-    try:
-        socket.getaddrinfo(settings.host, settings.port, type=socket.SOCK_STREAM)
-    except (OSError, UnicodeError) as exc:
-        reason = getattr(exc, "strerror", None) or str(exc)
-        raise CliError(f"QL_HOST={settings.host!r} does not resolve to an address: {reason}") from None
-    try:
-        server = make_server(app, settings.threads, host=settings.host,
-                             port=settings.port, max_request_body_size=backstop,
-                             ident="qlshadow", clear_untrusted_proxy_headers=True)
-    except OSError as exc:
-        # A name that does not resolve, an address this host does not have, a port in use.
-        reason = exc.strerror or str(exc)
-        raise CliError(f"cannot listen on {settings.host}:{settings.port} (QL_HOST/QL_PORT): "
-                       f"{reason}") from None
-    if settings.port == 0:
-        # Port 0 picks a free port: crontab lines and manual runs must call the real one.
-        settings = config.with_port(settings, server.effective_port)
-        app.extensions["qlshadow"] = settings
-    from .crontab import protect_data_dir
-    protect_data_dir(settings)
-    _startup_crontab(settings)
-    journal = app.extensions["qlshadow.journal"]
-    database = db.describe(db.database.obj) + (f" ({journal})" if journal else "")
-    origins = ",".join(sorted(settings.shadow_origins)) or "off"
-    print(f"qlshadow serving http://{settings.host}:{server.effective_port} database={database} "
-          f"scheduler={settings.scheduler} shadow_origins={origins} threads={settings.threads}",
-          flush=True)
-    if journal and journal != "wal":
-        print(f"qlshadow: warning: SQLite journal mode is {journal}, not wal "
-              "(the filesystem refused WAL)", file=sys.stderr, flush=True)
-    # init scripts and procd stop the service with SIGTERM: leave the loop and close the
-    # listening socket cleanly instead of dying mid-way, and exit 0.
-    signal.signal(signal.SIGTERM, _stop_serving)
-    try:
-        server.run()
-    except (KeyboardInterrupt, SystemExit):
-        pass
-    finally:
-        server.close()
-    return 0
-
-
-class _LogFormat(logging.Formatter):
-    """One prefix per server line, like the CLI's: 'qlshadow: warning: ...'.
-
-    Our own loggers add nothing more; another library's line names it once.
-    """
-
-    def format(self, record: logging.LogRecord) -> str:
-        source = "" if record.name.split(".")[0] == "qlshadow" else f"{record.name}: "
-        level = "" if record.levelno == logging.INFO else f"{record.levelname.lower()}: "
-        text = f"qlshadow: {level}{source}{record.getMessage()}"
-        if record.exc_info:
-            text += "\n" + self.formatException(record.exc_info)
-        return text
-
-
-def _stop_serving(signum, frame) -> None:
-    raise SystemExit(0)
+    from .serving import serve
+    return serve(_settings(args, server=True))
 
 
 def cmd_db_init(args) -> int:

@@ -63,7 +63,7 @@ class Settings:
     db_url: str = "sqlite:///./data/qlshadow.db"
     host: str = "127.0.0.1"
     port: int = 5600
-    threads: int = 1  # SQLite's default; PostgreSQL's is 4 (see load)
+    threads: int = 2  # SQLite's default; PostgreSQL's is 4 (see load)
     scheduler: str = "node"
     crontab_file: str = "./data/crontab.list"
     crontab_install: str = "crontab {file}"
@@ -320,13 +320,14 @@ def load(environ: Mapping[str, str] | None = None, config_file: str | None = Non
 
 
 def default_threads(db_url: str) -> str:
-    """QL_THREADS when unset: 1 on SQLite, 4 on PostgreSQL (docs/PERFORMANCE.md measures why).
+    """QL_THREADS when unset: 2 on SQLite, 4 on PostgreSQL (docs/PERFORMANCE.md measures why).
 
-    SQLite takes one writer at a time, so more request threads only contend for the GIL
-    (each one costs thread switches on every statement); a PostgreSQL statement waits on a
-    round trip, which other threads can use.
+    On SQLite callbacks are answered on waitress's loop thread (app/serving.py), so the
+    worker threads serve only the other requests: two let a page and a gate run at once,
+    and each more thread that renders a page keeps its own connection and heap arena. A
+    PostgreSQL statement waits on a round trip, which other threads can use.
     """
-    return "1" if db_url.startswith("sqlite:") else "4"
+    return "2" if db_url.startswith("sqlite:") else "4"
 
 
 def with_port(settings: Settings, port: int) -> Settings:

@@ -9,14 +9,13 @@ from __future__ import annotations
 import errno
 import logging
 import os
-import queue
 import select
 import threading
 import time
 from contextlib import contextmanager
 from urllib.parse import parse_qsl, unquote, urlsplit
 
-from peewee import (Database, DatabaseError, InterfaceError, OperationalError, PostgresqlDatabase,
+from peewee import (Database, DatabaseError, OperationalError, PostgresqlDatabase,
                     SqliteDatabase, Value)
 
 from peewee import __exception_wrapper__ as _driver_errors  # driver errors -> peewee's
@@ -284,6 +283,27 @@ def write_transaction():
     return db.atomic()
 
 
+# Long write work (`qlshadow prune`) runs in slices, and after each one leaves the write lock
+# free for a while: without a pause the next slice took the lock back first every time, and
+# the server's callbacks, waiting in SQLite's busy handler, failed with "database is locked"
+# after 5 s. That handler looks again after 1, 2, 5, 10, 15, 20, 25, 25, 25, 50, 50 ms and
+# then every 100 ms, so a waiter that began during a slice of t ms looks again within about
+# half of t (at most 100 ms) after it ends: the pause is 1.5 t, from 30 to 120 ms, and a
+# callback waits at most about one slice.
+SLICE_PAUSE = (0.03, 0.12)
+
+
+@contextmanager
+def write_slice():
+    """One slice of long write work: a write transaction, then (SQLite) a pause holding no lock."""
+    began = time.monotonic()
+    with write_transaction():
+        yield
+    if is_sqlite():  # PostgreSQL locks rows, not the database: nobody waits for the slice
+        low, high = SLICE_PAUSE
+        time.sleep(min(high, max(low, 1.5 * (time.monotonic() - began))))
+
+
 class _SqliteWrite:
     """BEGIN IMMEDIATE ... COMMIT on the driver's connection, under the process write lock.
 
@@ -426,9 +446,19 @@ def _size(path: str) -> int | None:
 
 
 def checkpoint() -> None:
-    """Copy the WAL into the database and truncate it to zero bytes (SQLite; `prune`)."""
+    """Copy the WAL into the database and truncate it to zero bytes (SQLite; `prune`).
+
+    Without waiting: while a reader (the gate over a long window) keeps an older snapshot,
+    a TRUNCATE checkpoint waits in the busy handler holding the write lock, and every
+    callback would wait with it. Then it copies what it can, and a later one truncates.
+    """
     if is_sqlite():
-        database.obj.execute_sql("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        db = database.obj
+        db.execute_sql("PRAGMA busy_timeout = 0")
+        try:
+            db.execute_sql("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        finally:
+            db.execute_sql(f"PRAGMA busy_timeout = {int(db.timeout * 1000)}")
 
 
 class _Savepoint:
@@ -473,74 +503,6 @@ def savepoint(name: str) -> _Savepoint:
 
 
 def run_write(fn, *args):
-    """Run fn(*args) as one write transaction and return its result (or raise its error).
-
-    On SQLite under `qlshadow serve` the transaction runs on the writer thread (see
-    start_writer); otherwise on this thread's own connection.
-    """
-    writer = _writer
-    if writer is not None and is_sqlite():
-        return writer.submit(fn, args)
+    """Run fn(*args) as one write transaction on this thread's connection; returns its result."""
     with write_transaction():
         return fn(*args)
-
-
-class _Job:
-    __slots__ = ("fn", "args", "result", "error", "done")
-
-    def __init__(self, fn, args):
-        self.fn, self.args, self.result, self.error = fn, args, None, None
-        self.done = threading.Lock()
-        self.done.acquire()
-
-
-class _Writer:
-    """One thread that owns a SQLite connection and runs submitted write transactions.
-
-    Request threads parse and check a callback, hand its transaction over, and wait for it.
-    SQLite takes one writer at a time anyway; doing every write on one thread spares the
-    GIL hand-offs between waitress threads on each statement (each sqlite3 call releases
-    the GIL), which cost more than the statements. It only runs what a request submitted
-    and waits for: no timer, no polling, nothing of its own. Each job is still one
-    transaction (BEGIN IMMEDIATE under the process lock), so one callback's failure never
-    touches another's, and across processes the database's locks and unique keys decide.
-    """
-
-    def __init__(self):
-        self._jobs = queue.SimpleQueue()
-        self._thread = threading.Thread(target=self._run, name="qlshadow-writer", daemon=True)
-        self._thread.start()
-
-    def submit(self, fn, args):
-        job = _Job(fn, args)
-        self._jobs.put(job)
-        job.done.acquire()  # released by the writer when the transaction is over
-        if job.error is not None:
-            error, job.error = job.error, None
-            raise error
-        return job.result
-
-    def _run(self) -> None:
-        jobs = self._jobs
-        while True:
-            job = jobs.get()
-            try:
-                ensure_connection()
-                with write_transaction():
-                    job.result = job.fn(*job.args)
-            except BaseException as exc:  # handed to the request thread, which answers it
-                if isinstance(exc, (DatabaseError, InterfaceError)):
-                    discard_connection()  # this thread's connection: reopened on the next job
-                job.error = exc
-            finally:
-                job.done.release()
-
-
-_writer: _Writer | None = None
-
-
-def start_writer() -> None:
-    """Run SQLite write transactions submitted through run_write on one writer thread."""
-    global _writer
-    if _writer is None:
-        _writer = _Writer()

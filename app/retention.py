@@ -32,7 +32,7 @@ DAY = 86400
 # instance), so the write path keeps up; and a few pages per step, never a long lock.
 PRUNE_EVERY = 64
 WRITE_BATCH = 64
-PRUNE_BATCH = 256   # rows per transaction in `qlshadow prune`: callbacks wait at most that
+PRUNE_BATCH = 64    # rows per transaction in `qlshadow prune`: callbacks wait at most that
 LOG_NAME = re.compile(r"(\d{4})-(\d\d)-(\d\d)-(\d\d)-(\d\d)-(\d\d)-\d+\.log")
 
 
@@ -313,7 +313,7 @@ def prune(settings, now: int, released: bool = False) -> dict:
     `released` says the caller released the reserve already (before opening the database,
     which on SQLite needs room for its shared-memory file).
     """
-    from .db import checkpoint, connected, is_sqlite, write_transaction
+    from .db import checkpoint, connected, is_sqlite, write_slice, write_transaction
     from .models import Token
 
     policy = policy_of(settings)
@@ -330,7 +330,7 @@ def prune(settings, now: int, released: bool = False) -> dict:
     def repeat(step) -> int:
         total = 0
         while True:
-            with write_transaction():
+            with write_slice():
                 count = step()
             total += count
             if count < PRUNE_BATCH:
@@ -363,7 +363,7 @@ def prune(settings, now: int, released: bool = False) -> dict:
 
 def _expired_runs_all(cutoff: int) -> int:
     """Every exited Run accepted and exited before cutoff, walking the table's key."""
-    from .db import write_transaction
+    from .db import write_slice
     execute = database.obj.execute_sql
     window = prebuilt('SELECT "accepted_at", "id" FROM "shadow_runs" WHERE "accepted_at" < ? '
                       'AND ("accepted_at", "id") > (?, ?) ORDER BY "accepted_at", "id" '
@@ -375,7 +375,7 @@ def _expired_runs_all(cutoff: int) -> int:
                     'ORDER BY "accepted_at" DESC, "id" DESC LIMIT 1')
     after, total = (-2**62, ""), 0
     while True:
-        with write_transaction():
+        with write_slice():
             upto = execute(window, (cutoff, *after, PRUNE_BATCH - 1)).fetchone()
             if upto is None:
                 upto = execute(last, (cutoff,)).fetchone()
@@ -387,7 +387,7 @@ def _expired_runs_all(cutoff: int) -> int:
 
 def _expired_instances_all(cutoff: int) -> int:
     """Every finished instance older than cutoff, walking the table by id in batches."""
-    from .db import write_transaction
+    from .db import write_slice
     execute = database.obj.execute_sql
     window = prebuilt('SELECT MAX("id") FROM (SELECT "id" FROM "running_instances" WHERE '
                       f'"id" > ? AND "status" <> {INSTANCE_RUNNING} ORDER BY "id" LIMIT ?) AS b')
@@ -395,7 +395,7 @@ def _expired_instances_all(cutoff: int) -> int:
                       f'"status" <> {INSTANCE_RUNNING} AND "finished_at" < ?')
     after, total = 0, 0
     while True:
-        with write_transaction():
+        with write_slice():
             upto = execute(window, (after, PRUNE_BATCH)).fetchone()[0]
             if upto is None:
                 return total

@@ -145,23 +145,24 @@ print(after - before)
 # loop polls a busy channel while the one worker finishes a Flask response).
 FLOOR_THREADS = 4
 
-# Other designs, for the table of designs in docs/PERFORMANCE.md: `qlshadow serve` with the
-# callback on the Flask route (no fast path), another switch interval, the writer thread
-# off, or the metrics counters replaced by no-ops. The thread count comes from QL_THREADS.
-VARIANT_SOURCE = r'''
-import os, sys
-from qlshadow import cli, config, db, metrics, retention, serving
-mode, interval, writer, counters = sys.argv[1:5]
-if mode in ("flask", "worker"):  # requests on waitress worker threads, even with one
-    serving.LOOP_THREAD = False
-if counters == "nometrics":
+# Other designs, for the table of designs in docs/PERFORMANCE.md: `qlshadow serve` with
+# other serving parameters (serving.serve's threads, callback_lane, switch_interval), or the
+# metrics counters replaced by no-ops.
+VARIANT_SOURCE = r"""
+import json, os, sys
+from qlshadow import config, db, metrics, retention, serving
+options = json.loads(sys.argv[1])
+if options.pop("counters", "metrics") == "nometrics":
     metrics.Counters.count_callback = metrics.Counters.count_shadow = lambda self, name: None
 # Knobs of --design-space only (never product settings): SQLite pragmas, no retention step.
 pragmas = dict(db.SQLITE_PRAGMAS)
-for key in ("wal_autocheckpoint", "synchronous", "cache_size", "page_size", "journal_size_limit"):
+for key in ("wal_autocheckpoint", "cache_size", "page_size", "journal_size_limit"):
     if os.environ.get("BENCH_" + key.upper()):
         pragmas[key] = os.environ["BENCH_" + key.upper()]
 db.SQLITE_PRAGMAS = tuple(pragmas.items())
+if os.environ.get("BENCH_SYNCHRONOUS"):  # any level, "off" too (the product takes full|normal)
+    level, make = os.environ["BENCH_SYNCHRONOUS"], db.make_database
+    db.make_database = lambda url, timeout=5.0, synchronous=None: make(url, timeout, level)
 if os.environ.get("BENCH_PAGE_SIZE"):
     # The database was made by `qlshadow token system` before the knobs applied: rebuild
     # it (still nearly empty) with the page size asked for.
@@ -173,12 +174,8 @@ if os.environ.get("BENCH_PAGE_SIZE"):
     conn.close()
 if os.environ.get("BENCH_NO_RETENTION"):
     retention.Pruner.on_write = lambda self, now: 0
-cli.SWITCH_INTERVAL = float(interval)
-cli.WRITER_THREAD = writer == "writer"
-if writer == "always":  # the writer thread even with one request thread (serve would not)
-    db.start_writer()
-sys.exit(cli.main(["serve"]))
-'''
+sys.exit(serving.serve(config.load(), **options))
+"""
 
 # The metrics counters a callback bumps (one answer, one Shadow outcome), timed in a loop.
 COUNTERS_SOURCE = r'''
@@ -193,45 +190,40 @@ for _ in range(n):
 print((time.process_time() - t) / n * 1e6)
 '''
 
-# name, route ("fast": the fast path, answered on the loop thread when QL_THREADS is 1;
-# "worker": the fast path on waitress worker threads; "flask": the Flask route on workers),
-# switch interval, writer thread (when threads > 1), counters, QL_THREADS
+# --variants: (name, serving.serve options and the counters patch above, QL_THREADS or None for
+# the product's default). Shadow on, SQLite.
 VARIANTS = (
-    ("on_flask_4t_5ms", "flask", "0.005", "inline", "metrics", 4),  # before issue 13
-    ("on_fast_4t_writer", "fast", "0.0005", "writer", "metrics", 4),
-    ("on_fast_4t_inline", "fast", "0.0005", "inline", "metrics", 4),
-    ("on_worker_1t", "worker", "0.0005", "inline", "metrics", 1),  # shipped before the loop
-    ("on_fast_1t_5ms", "fast", "0.005", "inline", "metrics", 1),
-    ("on_nometrics", "fast", "0.0005", "writer", "nometrics", None),  # the shipped design
+    # waitress's documented API only: callbacks on 4 worker threads, one at a time / all at once
+    ("on_workers_lock", {"callback_lane": "lock"}, 4),
+    ("on_workers_free", {"callback_lane": "off"}, 4),
+    ("on_loop_5ms", {"switch_interval": 0.005}, None),  # Python's default switch interval
+    ("on_nometrics", {"counters": "nometrics"}, None),  # the shipped design, counters off
 )
 # --design-space: more points around the shipped design (Shadow on, SQLite), each changing
-# one thing: (name, QL_THREADS, writer thread, BENCH_* knobs and environment).
+# one thing: (name, QL_THREADS, serving.serve options, BENCH_* knobs and environment).
 DESIGN_SPACE = (
-    ("ds_2t_writer", 2, "writer", {}),
-    ("ds_2t_inline", 2, "inline", {}),
-    ("ds_8t_writer", 8, "writer", {}),
-    ("ds_1t_writer", 1, "always", {}),
-    ("ds_checkpoint_1000", None, "writer", {"BENCH_WAL_AUTOCHECKPOINT": "1000"}),
-    ("ds_no_retention", None, "writer", {"BENCH_NO_RETENTION": "1"}),
-    ("ds_cache_512", None, "writer", {"BENCH_CACHE_SIZE": "-512"}),
+    ("ds_1t", 1, {}, {}),
+    ("ds_4t", 4, {}, {}),
+    ("ds_lock_1t", 1, {"callback_lane": "lock"}, {}),
+    ("ds_lock_2t", 2, {"callback_lane": "lock"}, {}),
+    ("ds_switch_2ms", None, {"switch_interval": 0.002}, {}),
+    ("ds_checkpoint_1000", None, {}, {"BENCH_WAL_AUTOCHECKPOINT": "1000"}),
+    ("ds_no_retention", None, {}, {"BENCH_NO_RETENTION": "1"}),
+    ("ds_cache_512", None, {}, {"BENCH_CACHE_SIZE": "-512"}),
     # Smaller pages, the WAL bound kept at 1 MiB (its checkpoint interval is in pages).
-    ("ds_page_1024", None, "writer", {"BENCH_PAGE_SIZE": "1024",
-                                      "BENCH_WAL_AUTOCHECKPOINT": "1024"}),
-    ("ds_page_2048", None, "writer", {"BENCH_PAGE_SIZE": "2048",
-                                      "BENCH_WAL_AUTOCHECKPOINT": "512"}),
+    ("ds_page_1024", None, {}, {"BENCH_PAGE_SIZE": "1024", "BENCH_WAL_AUTOCHECKPOINT": "1024"}),
+    ("ds_page_2048", None, {}, {"BENCH_PAGE_SIZE": "2048", "BENCH_WAL_AUTOCHECKPOINT": "512"}),
     # The WAL truncated back to exactly 1 MiB (shipped before): cut and regrown every cycle.
-    ("ds_truncate_1mib", None, "writer", {"BENCH_JOURNAL_SIZE_LIMIT": "1048576"}),
+    ("ds_truncate_1mib", None, {}, {"BENCH_JOURNAL_SIZE_LIMIT": "1048576"}),
     # A bound, not a design: no fsync at all (unsafe on power loss, never shipped); with
     # Shadow off too, for what the checkpoints' fsyncs cost each side of Shadow on / off.
-    ("ds_synchronous_off", None, "writer", {"BENCH_SYNCHRONOUS": "off"}),
-    ("ds_off_synchronous_off", None, "writer", {"BENCH_SYNCHRONOUS": "off",
-                                                "QL3_SHADOW_ORIGINS": ""}),
+    ("ds_synchronous_off", None, {}, {"BENCH_SYNCHRONOUS": "off"}),
+    ("ds_off_synchronous_off", None, {}, {"BENCH_SYNCHRONOUS": "off", "QL3_SHADOW_ORIGINS": ""}),
     # A database at its steady size, as on a router after its first weeks: 20 Runs and
     # instances per cron are kept (4,000 with 200 crons), so retention frees as many pages
     # as callbacks fill and the file stops growing; with Shadow off too, for on / off there.
-    ("ds_steady", None, "writer", {"QL_RETENTION_ROWS_PER_CRON": "20"}),
-    ("ds_off_steady", None, "writer", {"QL_RETENTION_ROWS_PER_CRON": "20",
-                                       "QL3_SHADOW_ORIGINS": ""}),
+    ("ds_steady", None, {}, {"QL_RETENTION_ROWS_PER_CRON": "20"}),
+    ("ds_off_steady", None, {}, {"QL_RETENTION_ROWS_PER_CRON": "20", "QL3_SHADOW_ORIGINS": ""}),
 )
 
 # PostgreSQL administration through the servers' driver (the client stays stdlib-only).
@@ -403,11 +395,12 @@ def product_env(workdir: str, db_url: str, shadow: bool, threads: int | None) ->
 
 
 def make_product(name: str, python: str, base: str, db_url: str, shadow: bool,
-                 threads: int | None, db_path=None, pg=None) -> Server:
+                 threads: int | None, db_path=None, pg=None, extra_env=None) -> Server:
     """A product server whose data dir holds a fresh database and a system token."""
     workdir = os.path.join(base, name)
     os.makedirs(workdir)
     env = product_env(workdir, db_url, shadow, threads)
+    env.update(extra_env or {})
     # The token the shell scripts would use, made the way they make it.
     result = subprocess.run([python, "-m", "qlshadow.cli", "token", "system"], env=env, cwd=ROOT,
                             capture_output=True, text=True, timeout=120)
@@ -616,7 +609,224 @@ def summarize(callbacks: int, seconds: float, latencies: list, errors: list) -> 
     }
 
 
+# --- slow work beside callbacks --------------------------------------------------------------
+
+# Fills a product database before its server starts: `crons` crons firing every minute,
+# `runs` exited Shadow Runs over the last days (one a minute per cron, newest first) and
+# `old` more, 40 days older, for `qlshadow prune` to delete. Plain executemany in batches
+# of 50,000 under the product's own models, ids and schema.
+SEED_SOURCE = r"""
+import itertools, sys, time
+from qlshadow import config, db
+from qlshadow.models import Cron
+from qlshadow.shadow.ids import attempt_id, revision_doc, run_id, task_revision
+crons, runs, old = map(int, sys.argv[1:4])
+database, _ = db.open_database(config.load())
+now = int(time.time())
+columns = ("project_id", "idempotency_key", "id", "attempt_id", "request_id", "task_identity",
+           "cron_id", "task_revision", "origin", "trigger_type", "triggered_by",
+           "execution_owner", "accepted_at", "state", "pid", "log_path", "started_at",
+           "finished_at", "exit_code", "events", "recorded_at")
+insert = db.prebuilt('INSERT INTO "shadow_runs" (' + ", ".join(f'"{c}"' for c in columns)
+                     + ") VALUES (" + ", ".join("?" * len(columns)) + ")")
+made = now - 60 * 86400
+with database.connection_context():
+    with database.atomic():
+        cron_ids = []
+        for n in range(crons):
+            name, command = f"slow {n}", f"task slow_{n}.sh"
+            cron_ids.append((Cron.insert(name=name, command=command, schedule="* * * * *",
+                                         created_at=made, updated_at=made).execute(),
+                             task_revision(revision_doc(name, command, "* * * * *", None, None,
+                                                        None, None, None, 0))))
+
+    def plan(count, end):
+        for minute in itertools.count(1):
+            at = (end // 60 - minute) * 60 + 1
+            for cron_id, revision in cron_ids:
+                if count == 0:
+                    return
+                count -= 1
+                eid = f"legacy-system:{at}:{cron_id}-{minute}"
+                yield ("default", eid, run_id(eid, at), attempt_id(eid, at), eid,
+                       f"legacy-cron:{cron_id}", cron_id, revision, "scheduled_system",
+                       "scheduled_system", "legacy:system-crond", "legacy", at, "exited",
+                       1000 + cron_id, f"slow_{cron_id}/{at}.log", at, at + 2, 0,
+                       f"accepted@{at} spawned@{at} running@{at} exited@{at + 2}", at)
+
+    for count, end in ((runs, now), (old, now - 40 * 86400)):
+        rows = plan(count, end)
+        while True:
+            batch = list(itertools.islice(rows, 50000))
+            if not batch:
+                break
+            with database.atomic():
+                database.cursor().executemany(insert, batch)
+print(" ".join(str(cron_id) for cron_id, _ in cron_ids))
+"""
+
+
+def seed_database(python: str, env: dict, crons: int, runs: int, old: int) -> list:
+    """Fill a product database (see SEED_SOURCE); returns the ids of the crons it made."""
+    result = subprocess.run([python, "-c", SEED_SOURCE, str(crons), str(runs), str(old)],
+                            env=env, cwd=ROOT, capture_output=True, text=True, timeout=1800)
+    if result.returncode != 0:
+        raise RuntimeError(f"seeding failed: {result.stderr.strip()[-2000:]}")
+    return [int(x) for x in result.stdout.split()]
+
+
+def slow_env(install_seconds: float) -> dict:
+    """What a server needs for the slow work: crontab installs that take install_seconds."""
+    return {"QL_SCHEDULER": "system", "QL_CRONTAB_INSTALL": f"sleep {install_seconds:g}",
+            # Nothing in the window is pruned: the gate keeps its Runs; the old ones go.
+            "QL_RETENTION_ROWS_PER_CRON": "0"}
+
+
+def slow_work(port: int, token: str, cron_ids: list, seconds: float, python: str, env: dict,
+              rate: float = 40.0, clients: int = 2,
+              kinds: tuple = ("installs", "gates", "pages", "prunes")) -> dict:
+    """Callbacks at `rate` per second from `clients` connections while, each in its own
+    loop for `seconds`: cron changes (each installs the crontab), the 7-day gate, status
+    pages, and `qlshadow prune` in its own process (those named in kinds). Every loop is
+    bounded by the deadline (a request in flight then still finishes).
+
+    Returns the callbacks' latencies (p50/p99/max), how many of each slow thing ran, and for
+    each kind how many callbacks were sent after one had started and answered before it
+    ended ("answered_inside").
+    """
+    deadline = time.monotonic() + seconds
+    auth = {"Authorization": f"Bearer {token}"}
+    slow_spans: list = []  # (kind, began, ended)
+    callbacks: list = []  # (sent, answered)
+    errors: list = []
+    counts = {"installs": 0, "gates": 0, "pages": 0, "prunes": 0}
+
+    def call(method, path, body=None, headers=None):
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+        try:
+            conn.request(method, path, body=body, headers=headers or {})
+            response = conn.getresponse()
+            return response.status, response.getheader("Set-Cookie") or "", response.read()
+        finally:
+            conn.close()
+
+    def loop(kind, action):
+        n = 0
+        while time.monotonic() < deadline:
+            began = time.monotonic()
+            try:
+                ok = action(n)
+            except (OSError, http.client.HTTPException) as exc:
+                ok = f"{type(exc).__name__}: {exc}"
+            if ok is not True:
+                errors.append(f"{kind}: {ok}")
+            slow_spans.append((kind, began, time.monotonic()))
+            counts[kind] += 1
+            n += 1
+
+    def install(n):
+        body = json.dumps({"name": f"slow change {n}", "command": f"task change_{n}.sh",
+                           "schedule": "5 4 * * *"}).encode()
+        status, _, raw = call("POST", "/open/crons", body,
+                              {**auth, "Content-Type": "application/json"})
+        return True if status == 200 else f"{status} {raw[:100]!r}"
+
+    def gate(n):
+        status, _, raw = call("GET", "/open/reconcile", headers=auth)
+        return True if status == 200 else f"{status} {raw[:100]!r}"
+
+    cookie = []
+
+    def page(n):
+        if not cookie:
+            status, set_cookie, _ = call("POST", "/page/login", f"token={token}".encode(),
+                                         {"Content-Type": "application/x-www-form-urlencoded"})
+            if status != 303:
+                return f"sign-in {status}"
+            cookie.append(set_cookie.split(";", 1)[0])
+        status, _, raw = call("GET", ("/page/", "/page/gate")[n % 2],
+                              headers={"Cookie": cookie[0]})
+        return True if status == 200 else f"{status} {raw[:100]!r}"
+
+    def prune(n):
+        result = subprocess.run([python, "-m", "qlshadow.cli", "prune"], env=env, cwd=ROOT,
+                                capture_output=True, text=True, timeout=600)
+        return True if result.returncode == 0 else result.stderr.strip()[-200:]
+
+    def sender(offset):
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        headers = {**auth, "Content-Type": "application/json"}
+        interval = clients / rate
+        mine = [cron_ids[i] for i in range(offset, len(cron_ids), clients)]
+        n = 0
+        next_at = time.monotonic()
+        while time.monotonic() < deadline:
+            cron_id = mine[(n // 2) % len(mine)]
+            begin = 1_764_460_800 + (n // 2) * 60
+            common = {"ids": [str(cron_id)], "pid": str(100 + n), "log_path": f"s/{n}.log",
+                      "execution_id": f"legacy-system:{begin}:slow-{offset}-{n // 2}"}
+            body = (dict(common, status=0, last_execution_time=begin) if n % 2 == 0 else
+                    dict(common, status=1, last_running_time=1, exit_code=0))
+            sent = time.monotonic()
+            try:
+                conn.request("PUT", "/open/crons/status", body=json.dumps(body).encode(),
+                             headers=headers)
+                response = conn.getresponse()
+                raw = response.read()
+                if response.status != 200:
+                    errors.append(f"callback: {response.status} {raw[:100]!r}")
+            except (OSError, http.client.HTTPException) as exc:
+                errors.append(f"callback: {type(exc).__name__}: {exc}")
+                conn.close()
+                conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+            callbacks.append((sent, time.monotonic()))
+            n += 1
+            next_at += interval
+            time.sleep(max(0.0, next_at - time.monotonic()))
+        conn.close()
+
+    workers = [threading.Thread(target=loop, args=(kind, action), daemon=True)
+               for kind, action in (("installs", install), ("gates", gate), ("pages", page),
+                                    ("prunes", prune)) if kind in kinds]
+    workers += [threading.Thread(target=sender, args=(k,), daemon=True) for k in range(clients)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    latencies = sorted(answered - sent for sent, answered in callbacks)
+    # Callbacks sent after a slow request and answered before it: they did not wait for it.
+    inside = {kind: 0 for kind in counts}
+    for kind, began, ended in slow_spans:
+        inside[kind] += sum(1 for sent, answered in callbacks if began < sent and answered < ended)
+    durations = {kind: round(statistics.median(e - b for k, b, e in slow_spans if k == kind), 3)
+                 for kind in counts if counts[kind]}
+    return {"callbacks": len(latencies),
+            "p50_ms": round(percentile(latencies, 0.50) * 1000, 3),
+            "p99_ms": round(percentile(latencies, 0.99) * 1000, 3),
+            "max_ms": round((latencies[-1] if latencies else 0.0) * 1000, 3),
+            "over_1s": sum(1 for x in latencies if x > 1.0),
+            **counts, "median_seconds": durations,
+            "answered_inside": inside,
+            "errors": len(errors), "first_error": errors[0] if errors else None}
+
+
 # --- the run -------------------------------------------------------------------------------
+
+def baseline_env(ref: str, base: str) -> dict:
+    """PYTHONPATH that imports qlshadow as of git commit ref (its app/, unpacked under base)."""
+    source = os.path.join(base, "baseline-source")
+    package = os.path.join(base, "baseline-path")
+    os.makedirs(source)
+    os.makedirs(package)
+    archive = subprocess.run(["git", "-C", ROOT, "archive", ref, "app", "shell"],
+                             capture_output=True, timeout=60)
+    if archive.returncode != 0:
+        raise RuntimeError(f"--baseline {ref}: {archive.stderr.decode().strip()}")
+    subprocess.run(["tar", "-x", "-C", source], input=archive.stdout, check=True, timeout=60)
+    os.symlink(os.path.join(source, "app"), os.path.join(package, "qlshadow"))
+    os.symlink(os.path.join(source, "shell"), os.path.join(package, "shell"))  # task.sh
+    return {"PYTHONPATH": package}
+
 
 def machine(python: str, workdir: str, pg_version) -> dict:
     def read(path):
@@ -680,6 +890,7 @@ def run(args) -> dict:
     python = args.python
     base = tempfile.mkdtemp(prefix="qlshadow-bench-", dir=args.workdir)
     servers: list = []
+    slow_figures: dict = {}
     pg_databases: list = []
     skipped = {}
     try:
@@ -704,22 +915,27 @@ def run(args) -> dict:
             path = os.path.join(base, name, "qlshadow.db")
             servers.append(make_product(name, python, base, f"sqlite:///{path}", shadow,
                                         args.threads, db_path=path))
+        if args.baseline:
+            path = os.path.join(base, "baseline", "qlshadow.db")
+            servers.append(make_product("baseline", python, base, f"sqlite:///{path}", True,
+                                        args.threads, db_path=path,
+                                        extra_env=baseline_env(args.baseline, base)))
         if args.variants:
-            for name, mode, interval, writer, counters, threads in VARIANTS:
+            for name, options, threads in VARIANTS:
                 path = os.path.join(base, name, "qlshadow.db")
                 server = make_product(name, python, base, f"sqlite:///{path}", True,
                                       threads, db_path=path)
-                server.argv = [python, "-c", VARIANT_SOURCE, mode, interval, writer, counters]
+                server.argv = [python, "-c", VARIANT_SOURCE, json.dumps(options)]
                 servers.append(server)
         if args.design_space or args.design:
-            for name, threads, writer, knobs in DESIGN_SPACE:
+            for name, threads, options, knobs in DESIGN_SPACE:
                 if args.design and name not in args.design:
                     continue
                 path = os.path.join(base, name, "qlshadow.db")
                 server = make_product(name, python, base, f"sqlite:///{path}", True,
                                       threads, db_path=path)
                 server.env.update(knobs)
-                server.argv = [python, "-c", VARIANT_SOURCE, "fast", "0.0005", writer, "metrics"]
+                server.argv = [python, "-c", VARIANT_SOURCE, json.dumps(options)]
                 servers.append(server)
         if pg_version:
             for shadow in (False, True):
@@ -850,6 +1066,31 @@ def run(args) -> dict:
             })
             server.figures["sustained"] = sustained
             server.figures["rows"] = row_counts(server)
+
+        if args.slow_seconds:
+            for server in servers:
+                server.stop()  # idle now: the slow-work servers get the machine to themselves
+            designs = [("sqlite_on", {})]
+            if args.baseline:
+                designs.append(("baseline", baseline_env(args.baseline, os.path.join(base, "slow"))))
+            for design, extra in designs:
+                name = f"slow_{design}"
+                path = os.path.join(base, name, "qlshadow.db")
+                server = make_product(name, python, base, f"sqlite:///{path}", True, args.threads,
+                                      db_path=path, extra_env={**extra, **slow_env(2)})
+                progress(f"{name}: seeding {args.slow_runs:,} Runs in the gate's window and "
+                         f"{args.slow_runs // 20:,} older ones")
+                cron_ids = seed_database(python, server.env, 100, args.slow_runs, args.slow_runs // 20)
+                servers.append(server)
+                server.start()
+                got = slow_work(server.port, server.token, cron_ids, args.slow_seconds, python,
+                                server.env)
+                server.stop()
+                slow_figures[design] = got
+                progress(f"{name}: {got['callbacks']} callbacks beside {got['installs']} installs, "
+                         f"{got['gates']} gates, {got['pages']} pages, {got['prunes']} prunes: "
+                         f"p99 {got['p99_ms']:.1f} ms, max {got['max_ms']:.1f} ms, "
+                         f"errors {got['errors']}")
     finally:
         for server in servers:
             server.stop()
@@ -873,7 +1114,8 @@ def run(args) -> dict:
                                                   "dup", "reorder", "write_floor", "starts",
                                                   "rounds", "seed", "driver", "round_seconds")},
         "write_floor": floor_writes,
-        "servers": {s.name: s.figures for s in servers},
+        "servers": {s.name: s.figures for s in servers if not s.name.startswith("slow_")},
+        "slow_work": slow_figures,
         "skipped": skipped,
     }
     if args.variants:
@@ -912,11 +1154,17 @@ def references(results: dict) -> list:
          "value": ratio(on["cpu_us_per_callback"], floor["cpu_us_per_callback"])},
     ]
     for name in s:
-        if name.startswith(("pg_", "on_", "ds_")):
+        if name.startswith(("pg_", "on_", "ds_", "baseline")):
             rows.append({"figure": f"{name} callbacks/s / floor requests/s",
                          "value": paired_ratio(s[name], s["floor"])})
             rows.append({"figure": f"{name} p99 / floor p99",
                          "value": ratio(s[name]["sustained"]["p99_ms"], floor["p99_ms"])})
+    if "baseline" in s:
+        rows.append({"figure": "Shadow-on callbacks/s / baseline's",
+                     "value": paired_ratio(s["sqlite_on"], s["baseline"])})
+        rows.append({"figure": "Shadow-on server CPU per callback / baseline's",
+                     "value": ratio(on["cpu_us_per_callback"],
+                                    s["baseline"]["sustained"]["cpu_us_per_callback"])})
     # Shadow on / off of the same design, where both sides ran: PostgreSQL, no fsync, and
     # a database at its steady size.
     for on_name, off_name in (("pg_on", "pg_off"), ("ds_synchronous_off", "ds_off_synchronous_off"),
@@ -1020,6 +1268,20 @@ def render(results: dict) -> str:
                 v = value * scale
                 cells.append(f"{v:>11.{1 if abs(v) >= 10 else 2}f}")
         lines.append(f"{label:{width}}  " + "  ".join(cells))
+    slow = results.get("slow_work") or {}
+    if slow:
+        lines += ["", "Callbacks beside slow work (SQLite, Shadow on: crontab installs of 2 s, "
+                      "7-day gates, pages, prunes):"]
+        rows = [("callbacks", "callbacks"), ("p50 (ms)", "p50_ms"), ("p99 (ms)", "p99_ms"),
+                ("max (ms)", "max_ms"), ("over 1 s", "over_1s"), ("installs", "installs"),
+                ("gates", "gates"), ("pages", "pages"), ("prunes", "prunes"),
+                ("errors", "errors")]
+        lines.append(f"  {'':40}" + "".join(f"{n:>14}" for n in slow))
+        for label, key in rows:
+            lines.append(f"  {label:40}" + "".join(f"{slow[n][key]:>14}" for n in slow))
+        for kind in ("installs", "gates", "pages", "prunes"):
+            lines.append(f"  {'callbacks answered inside one of ' + kind:40}"
+                         + "".join(f"{slow[n]['answered_inside'][kind]:>14}" for n in slow))
     wf = results["write_floor"]
     lines += ["", f"write floor: {wf['bytes_per_transaction']} bytes per one-row transaction "
                   f"({wf['transactions']} transactions)"]
@@ -1066,16 +1328,25 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-rate", type=int, default=12000,
                         help="with wrk: callbacks/s no server reaches (sizes each round's bodies)")
     parser.add_argument("--variants", action="store_true",
-                        help="also run earlier designs side by side (Flask route only; the fast "
-                             "path with Python's default switch interval)")
+                        help="also run other serving designs side by side (the Flask route, "
+                             "callbacks on worker threads, Python's default switch interval, "
+                             "metrics off)")
     parser.add_argument("--design-space", action="store_true",
                         help="also run more points around the shipped design: thread counts, "
-                             "the writer thread, the checkpoint interval, no retention step, "
+                             "the lock lane, the checkpoint interval, no retention step, "
                              "the page cache, and synchronous=off as a bound")
     parser.add_argument("--design", action="append", default=[], metavar="NAME",
                         choices=[d[0] for d in DESIGN_SPACE],
                         help="run only this --design-space point (repeatable): "
                              + ", ".join(d[0] for d in DESIGN_SPACE))
+    parser.add_argument("--baseline", metavar="REF",
+                        help="also run the product as of this git commit (Shadow on, SQLite) "
+                             "side by side, as the server 'baseline'")
+    parser.add_argument("--slow-seconds", type=float, default=30, metavar="S",
+                        help="seconds of callbacks beside crontab installs (2 s each), gates, "
+                             "pages and prunes, on SQLite with Shadow on (30; 0 skips it)")
+    parser.add_argument("--slow-runs", type=int, default=1_000_000, metavar="N",
+                        help="Runs in the gate's window during the slow work (1000000)")
     parser.add_argument("--dup", type=float, default=0.10, help="share of duplicated callbacks (0.10)")
     parser.add_argument("--reorder", type=float, default=0.05,
                         help="share of executions whose finish arrives first (0.05)")
@@ -1112,6 +1383,7 @@ def main(argv=None) -> int:
     if args.smoke:
         args.crons, args.sustained, args.write_floor = 6, 150, 300
         args.clients, args.starts, args.rounds, args.settle = 4, 1, 2, 0.1
+        args.slow_seconds, args.slow_runs = min(args.slow_seconds, 3), 2000
     args.python = args.python or default_python()
     if args.driver is None:
         args.driver = "wrk" if shutil.which("wrk") else "python"

@@ -105,6 +105,19 @@ def test_a_design_point_runs_alone_and_gets_its_knobs(smoke):
         conn.close()
 
 
+def test_it_reports_callbacks_beside_slow_work(smoke):
+    # A seeded server, crontab installs, gates, pages and prunes beside paced callbacks.
+    process, results = smoke
+    figures = results["slow_work"]["sqlite_on"]
+    assert _check_types(figures, {"callbacks": int, "p50_ms": NUMBER, "p99_ms": NUMBER,
+                                  "max_ms": NUMBER, "over_1s": int, "installs": int,
+                                  "gates": int, "pages": int, "prunes": int,
+                                  "errors": int}) == []
+    assert figures["callbacks"] > 0 and figures["installs"] > 0, figures
+    assert set(figures["answered_inside"]) == {"installs", "gates", "pages", "prunes"}
+    assert "Callbacks beside slow work" in process.stdout
+
+
 def test_it_reports_start_up_and_idle_memory_of_every_server(smoke):
     _, results = smoke
     bad = {name: _check_types(results["servers"][name],

@@ -18,7 +18,7 @@ def test_the_defaults_are_those_of_the_contract():
     settings = config.load(environ={"QL_SCHEDULER": "node"})
 
     assert (settings.data_dir, settings.db_url, settings.host, settings.port, settings.threads) == (
-        "./data", "sqlite:///./data/qlshadow.db", "127.0.0.1", 5600, 1)
+        "./data", "sqlite:///./data/qlshadow.db", "127.0.0.1", 5600, 2)
     assert (settings.crontab_file, settings.crontab_install) == ("./data/crontab.list", "crontab {file}")
     assert (settings.shadow_origins, settings.failure_cap, settings.max_body) == (frozenset(), 1000, 65536)
     assert settings.shadow_on is False
@@ -26,9 +26,10 @@ def test_the_defaults_are_those_of_the_contract():
 
 
 @pytest.mark.parametrize("url, threads", [
-    ("sqlite:////srv/ql/q.db", 1), ("postgresql://ql@db.lan/ql", 4), ("postgres://ql@db.lan/ql", 4)])
+    ("sqlite:////srv/ql/q.db", 2), ("postgresql://ql@db.lan/ql", 4), ("postgres://ql@db.lan/ql", 4)])
 def test_the_default_thread_count_follows_the_database(url, threads):
-    # SQLite writes one at a time: one request thread; PostgreSQL overlaps round trips.
+    # SQLite: callbacks on the loop thread, two workers for the rest; PostgreSQL overlaps
+    # round trips.
     assert config.load(environ={"QL_DB_URL": url, "QL_SCHEDULER": "node"}).threads == threads
     assert config.load(environ={"QL_DB_URL": url, "QL_SCHEDULER": "node",
                                 "QL_THREADS": "3"}).threads == 3

@@ -88,8 +88,8 @@ def test_the_start_up_line_is_one_line_naming_url_database_scheduler_and_origins
     lines = server.output().splitlines()
 
     assert len(lines) == 1, lines
-    # QL_THREADS unset: one request thread on SQLite, four on PostgreSQL.
-    threads = 1 if backend == "sqlite" else 4
+    # QL_THREADS unset: two worker threads on SQLite, four on PostgreSQL.
+    threads = 2 if backend == "sqlite" else 4
     assert re.fullmatch(rf"qlshadow serving http://127\.0\.0\.1:{server.port} database={database} "
                         rf"scheduler=node shadow_origins=scheduled_system threads={threads}",
                         lines[0]), lines[0]

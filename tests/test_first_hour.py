@@ -135,7 +135,7 @@ def test_read_only_commands_answer_while_another_process_holds_the_write_lock(ap
 def test_server_log_lines_carry_one_prefix():
     import logging
 
-    from qlshadow.cli import _LogFormat
+    from qlshadow.serving import _LogFormat
     fmt = _LogFormat()
 
     def line(name, level, message):

@@ -91,7 +91,7 @@ def test_a_body_over_ql_max_body_gets_the_json_413(live_server, db_url):
 
 
 @ONE_BACKEND
-@pytest.mark.parametrize("threads", [1, 2])  # 1: answered on waitress's loop thread itself
+@pytest.mark.parametrize("threads", [1, 2])  # callbacks on the loop thread either way
 def test_slow_loris_clients_do_not_starve_the_worker_threads(live_server, db_url, figures,
                                                             threads):
     server = live_server(**SHADOW, QL_THREADS=str(threads))
