@@ -43,7 +43,8 @@ def _pg_reachable() -> str | None:
         _pg_admin().close()
         return None
     except Exception as exc:  # driver missing or server down
-        return f"PostgreSQL unreachable ({PG_ADMIN_DSN}): {str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__}"
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return f"PostgreSQL unreachable ({PG_ADMIN_DSN}): {reason}"
 
 
 def _require_pg() -> None:

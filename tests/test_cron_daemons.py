@@ -252,7 +252,8 @@ def batches(tmp_path_factory):
         deadline = target + 40
         for batch in started.values():
             expected = {c["id"] for c, _, runs in batch.crons.values() if runs}
-            wait_for(lambda: expected <= {r["cron_id"] for r in _exited(batch.server)},
+            wait_for(lambda expected=expected, server=batch.server:
+                     expected <= {r["cron_id"] for r in _exited(server)},
                      timeout=max(1, deadline - time.time()), interval=1)
         time.sleep(3)
         for batch in started.values():

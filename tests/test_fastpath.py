@@ -221,4 +221,5 @@ def test_the_fast_path_writes_what_the_flask_route_writes(app, auth, legacy_twin
 
     assert answers == twin_answers
     assert legacy_rows() == twin_rows
-    assert len(table_rows(ShadowRun, ShadowRun.idempotency_key)) == (1 if app.extensions["qlshadow"].shadow_on else 0)
+    shadow_on = app.extensions["qlshadow"].shadow_on
+    assert len(table_rows(ShadowRun, ShadowRun.idempotency_key)) == (1 if shadow_on else 0)

@@ -138,7 +138,7 @@ def test_the_write_path_deletes_a_small_batch_every_n_callbacks(settings, make_c
     retention._writes = iter(range(1, 10**9))  # the counter, restarted at 1
     before = len(runs())
 
-    for n in range(1, retention.PRUNE_EVERY):
+    for _ in range(1, retention.PRUNE_EVERY):
         assert retention.prune_on_write(NOW) == 0  # between steps: nothing at all
     with db.connected(), db.write_transaction():
         deleted = retention.prune_on_write(NOW)
