@@ -26,6 +26,9 @@ import pytest
 from conftest import http, stop_process
 from shellenv import IN_CI, SYSTEM_PATH, busybox_static, runs_of, start_module_server, wait_for
 
+# It waits for one target minute of both daemons.
+pytestmark = pytest.mark.slow
+
 DAYS = "sun mon tue wed thu fri sat".split()
 SETUP_SECONDS = 30  # creating the batch must end before the target minute begins
 

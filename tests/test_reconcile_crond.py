@@ -15,6 +15,9 @@ import pytest
 from conftest import BACKENDS, run_cli
 from shellenv import SYSTEM_PATH, busybox_static, create_cron, runs_of, start_module_server, wait_for
 
+# It waits two minutes of crond firings.
+pytestmark = pytest.mark.slow
+
 MINUTES = 2
 
 
