@@ -575,10 +575,11 @@ def drive_wrk(port: int, bodies: list, clients: int, token: str, seconds: float,
         fh.write(WRK_SCRIPT)
     wrk_threads = 2
     result = subprocess.run(
-        ["wrk", "-t", str(wrk_threads), "-c", str(clients), "-d", f"{max(1, round(seconds))}s", "--timeout", "30s",
-         "-s", script, f"http://127.0.0.1:{port}", "--", path, str(wrk_threads), token],
+        ["wrk", "-t", str(wrk_threads), "-c", str(clients), "-d", f"{max(1, round(seconds))}s",
+         "--timeout", "30s", "-s", script, f"http://127.0.0.1:{port}", "--", path, str(wrk_threads),
+         token],
         capture_output=True, text=True, timeout=seconds + 120)
-    line = next((l for l in result.stdout.splitlines() if l.startswith("WRK ")), None)
+    line = next((row for row in result.stdout.splitlines() if row.startswith("WRK ")), None)
     if result.returncode != 0 or line is None:
         raise RuntimeError(f"wrk failed: {result.stderr.strip() or result.stdout.strip()}")
     requests, duration, p50, p95, p99, bad_status, socket_errors = map(int, line.split()[1:])
@@ -1026,9 +1027,9 @@ def run(args) -> dict:
                     st["next_wave"] = numbers.stop
                 st["seconds"] += st["rounds"][-1]["seconds"]
                 st["callbacks"] += sent
+            latest = {s.name: state[s.name]["rounds"][-1] for s in servers}
             progress(f"sustained round {r + 1}/{rounds}: " + ", ".join(
-                f"{s.name} {state[s.name]['rounds'][-1]['callbacks'] / state[s.name]['rounds'][-1]['seconds']:.0f}/s"
-                for s in servers))
+                f"{name} {got['callbacks'] / got['seconds']:.0f}/s" for name, got in latest.items()))
 
         for server in servers:
             st = state[server.name]
@@ -1131,7 +1132,7 @@ def paired_ratio(a: dict, b: dict) -> float:
     """Median over the rounds of a's callbacks/s over b's in the same round (side by side)."""
     ra, rb = a["sustained"]["rounds"], b["sustained"]["rounds"]
     values = [(x["callbacks"] / x["seconds"]) / (y["callbacks"] / y["seconds"])
-              for x, y in zip(ra, rb) if x["seconds"] and y["seconds"] and y["callbacks"]]
+              for x, y in zip(ra, rb, strict=True) if x["seconds"] and y["seconds"] and y["callbacks"]]
     return round(statistics.median(values), 3) if values else float("inf")
 
 

@@ -88,7 +88,8 @@ def fill(database, runs_wanted: int, now: int) -> dict:
         log = f"job{cron_id}/{began}.log"
         if kind == 2:  # lost start: no instance, no running event
             defects["finish_only"] += 1
-            events, state, finished = f"accepted@{began + 2} spawned@{began + 2} exited@{began + 2}", "exited", began + 2
+            events = f"accepted@{began + 2} spawned@{began + 2} exited@{began + 2}"
+            state, finished = "exited", began + 2
         elif kind == 3:  # lost finish
             defects["stuck"] += 1
             events, state, finished = f"accepted@{began} spawned@{began} running@{began}", "running", None

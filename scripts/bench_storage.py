@@ -86,7 +86,8 @@ def flat(base: str, callbacks: int, crons: int, every: int) -> dict:
                     pruner.on_write(now)
             if (n + 1) * 2 % every == 0:
                 db_bytes, wal_bytes = sizes(path)
-                samples.append({"callbacks": (n + 1) * 2, "simulated_days": round((minute - START) / 86400, 1),
+                samples.append({"callbacks": (n + 1) * 2,
+                                "simulated_days": round((minute - START) / 86400, 1),
                                 "db_bytes": db_bytes, "wal_bytes": wal_bytes,
                                 "runs": ShadowRun.select().count(),
                                 "instances": RunningInstance.select().count()})
@@ -171,7 +172,8 @@ def latency(base: str, counts: list, crons: int, requests: int) -> dict:
     for (count, name), values in timings.items():
         results.setdefault(str(count), {})[name + "_median_ms"] = round(statistics.median(values) * 1000, 3)
     small, large = (str(c) for c in counts)
-    results["ratio_cron_id"] = round(results[large]["cron_id_median_ms"] / results[small]["cron_id_median_ms"], 3)
+    results["ratio_cron_id"] = round(
+        results[large]["cron_id_median_ms"] / results[small]["cron_id_median_ms"], 3)
     results["ratio_all"] = round(results[large]["all_median_ms"] / results[small]["all_median_ms"], 3)
     results["ratio_by_id"] = round(results[large]["by_id_median_ms"] / results[small]["by_id_median_ms"], 3)
     return results

@@ -220,7 +220,7 @@ def grouping(rows: int = 3200) -> tuple:
         conn.execute("COMMIT")
     alone = (time.process_time() - started) / rows * 1e6
     started = time.process_time()
-    for group in range(rows // 16):
+    for _ in range(rows // 16):
         conn.execute("BEGIN IMMEDIATE")
         for i in range(16):
             conn.execute("SAVEPOINT r")

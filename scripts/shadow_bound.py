@@ -238,7 +238,8 @@ def main(argv=None) -> int:
     per_batch = 2 * CRONS * args.waves
 
     # Every case on its own copy of the template; the product in-process on two more.
-    conns = {name: open_copy(template, directory, name, schema, pragmas) for name, (schema, _) in cases.items()}
+    conns = {name: open_copy(template, directory, name, schema, pragmas)
+             for name, (schema, _) in cases.items()}
     figures = {name: [] for name in (*CASES, "product in-process, Shadow on",
                                      "product in-process, Legacy only")}
     guarantee_costs.cpu_per_callback(wsgi, token, guarantee_costs.bodies(999, 200, False))
@@ -274,7 +275,7 @@ def report(figures: dict, args, per_batch: int) -> None:
         return statistics.median(v[k] for v in figures[name])
 
     def added(name, base):
-        return statistics.median(v[0] - w[0] for v, w in zip(figures[name], figures[base]))
+        return statistics.median(v[0] - w[0] for v, w in zip(figures[name], figures[base], strict=True))
 
     on, off = "product in-process, Shadow on", "product in-process, Legacy only"
     off_us = median(off)
@@ -290,7 +291,7 @@ def report(figures: dict, args, per_batch: int) -> None:
             if args.off_us:
                 line += f" {args.off_us / (args.off_us + more):16.3f}"
         elif name == on:
-            ratio = statistics.median(w[0] / v[0] for v, w in zip(figures[on], figures[off]))
+            ratio = statistics.median(w[0] / v[0] for v, w in zip(figures[on], figures[off], strict=True))
             line += f" {added(on, off):7.1f} {ratio:17.3f}"
         print(line)
     print("'written': bytes passed to write() per callback (WAL frames and checkpoint copies).\n"

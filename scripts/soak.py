@@ -61,7 +61,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="a fresh, empty database URL (default: SQLite in a temp dir)")
     parser.add_argument("--keep", action="store_true", help="keep the temp dir (database, log)")
     args = parser.parse_args(argv)
-    if args.duration <= 0 or args.clients < 1 or (args.threads is not None and args.threads < 1) or args.pause < 0:
+    if (args.duration <= 0 or args.clients < 1 or (args.threads is not None and args.threads < 1)
+            or args.pause < 0):
         parser.error("--duration, --clients and --threads must be positive, --pause not negative")
     if args.interval is None:
         args.interval = min(30.0, max(1.0, args.duration / 20))

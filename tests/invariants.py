@@ -70,7 +70,7 @@ class Inspector:
         cur = self.conn.cursor()
         cur.execute(f"SELECT * FROM {table} ORDER BY {order}")
         names = [d[0] for d in cur.description]
-        result = [dict(zip(names, row)) for row in cur.fetchall()]
+        result = [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
         cur.close()
         return result
 

@@ -183,7 +183,8 @@ def test_a_token_already_checked_is_refused_once_its_30_days_are_over(client, to
     assert client.get("/open/crons", headers=bearer(token)).status_code == 200
     later = time.time() + TOKEN_LIFETIME + 1
     # Only the clock the auth hook reads moves on; the database is the real one.
-    monkeypatch.setattr(qlshadow.views.common, "time", type("Clock", (), {"time": staticmethod(lambda: later)}))
+    monkeypatch.setattr(qlshadow.views.common, "time",
+                        type("Clock", (), {"time": staticmethod(lambda: later)}))
 
     response = client.get("/open/crons", headers=bearer(token))
 
@@ -198,7 +199,8 @@ def test_a_token_deleted_from_the_database_stops_working_within_a_minute(client,
     assert client.get("/open/crons", headers=bearer(token)).status_code == 200
     Token.delete().execute()  # revoke every token, as an operator would
     later = time.time() + TokenCache.RECHECK + 1
-    monkeypatch.setattr(qlshadow.views.common, "time", type("Clock", (), {"time": staticmethod(lambda: later)}))
+    monkeypatch.setattr(qlshadow.views.common, "time",
+                        type("Clock", (), {"time": staticmethod(lambda: later)}))
 
     response = client.get("/open/crons", headers=bearer(token))
 

@@ -15,6 +15,9 @@ import sys
 
 import pytest
 
+# Load runs of the bench harness, about a minute together.
+pytestmark = pytest.mark.slow
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BENCH = os.path.join(ROOT, "scripts", "bench.py")
 NUMBER = (int, float)

@@ -26,6 +26,9 @@ import pytest
 from conftest import http, stop_process
 from shellenv import IN_CI, SYSTEM_PATH, busybox_static, runs_of, start_module_server, wait_for
 
+# It waits for one target minute of both daemons.
+pytestmark = pytest.mark.slow
+
 DAYS = "sun mon tue wed thu fri sat".split()
 SETUP_SECONDS = 30  # creating the batch must end before the target minute begins
 
@@ -276,7 +279,8 @@ def batches(tmp_path_factory):
         deadline = target + 40
         for batch in started.values():
             expected = {c["id"] for c, _, runs in batch.crons.values() if runs}
-            wait_for(lambda: expected <= {r["cron_id"] for r in _exited(batch.server)},
+            wait_for(lambda expected=expected, server=batch.server:
+                     expected <= {r["cron_id"] for r in _exited(server)},
                      timeout=max(1, deadline - time.time()), interval=1)
         time.sleep(3)
         for batch in started.values():

@@ -15,6 +15,9 @@ import pytest
 from conftest import BACKENDS
 from shellenv import SYSTEM_PATH, busybox_static, create_cron, runs_of, start_module_server, wait_for
 
+# It waits for crond's next minute.
+pytestmark = pytest.mark.slow
+
 WAIT = 75  # seconds: crond's next minute boundary, plus the task
 
 

@@ -9,7 +9,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from qlshadow import __version__, db
-from conftest import _pg_admin, drop_pg_database
+from conftest import _create_throwaway_database, _pg_admin, drop_pg_database
 
 
 def test_health_answers_ok_with_version_scheduler_and_origins(client):
@@ -102,7 +102,7 @@ def test_health_recovers_without_restart_when_postgres_is_back(client, db_url):
 
     conn = _pg_admin()
     with conn.cursor() as cur:
-        cur.execute(f'CREATE DATABASE "{_pg_name(db_url)}"')
+        _create_throwaway_database(cur, _pg_name(db_url))
     conn.close()
 
     assert client.get("/health").status_code == 200

@@ -171,7 +171,8 @@ def test_data_holds_the_app_the_shell_scripts_and_the_bundled_libraries(ipk):
 
 def test_data_holds_the_status_page_templates(ipk):
     lib = ipk["root"] / "usr" / "lib" / "qlshadow" / "qlshadow"
-    templates = sorted(os.path.basename(p) for p in glob.glob(os.path.join(ROOT, "app", "templates", "*.html")))
+    templates = sorted(os.path.basename(p)
+                       for p in glob.glob(os.path.join(ROOT, "app", "templates", "*.html")))
     assert templates and sorted(p.name for p in (lib / "templates").glob("*.html")) == templates
     assert mode(lib / "templates" / "base.html") == 0o644
 

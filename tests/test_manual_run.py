@@ -5,16 +5,20 @@ import json
 
 import pytest
 
-from conftest import http, run_cli
-from shellenv import instances_of, runs_of, wait_for
+from conftest import BACKENDS, http, run_cli
+from shellenv import instances_of, runs_of, start_module_server, wait_for
 
 
-@pytest.fixture
-def server(live_server):
+@pytest.fixture(scope="module", params=BACKENDS)
+def server(request, tmp_path_factory):
+    """One server per backend for the module: each test makes and runs its own cron."""
     # Shadow on, and a marker in the server's own environment: a manual run must still
     # never carry it.
-    return live_server(QL3_SHADOW_ORIGINS="scheduled_system",
-                       QL_EXECUTION_ORIGIN="scheduled_system")
+    srv, cleanup = start_module_server(tmp_path_factory, request.param,
+                                       QL3_SHADOW_ORIGINS="scheduled_system",
+                                       QL_EXECUTION_ORIGIN="scheduled_system")
+    yield srv
+    cleanup()
 
 
 def add_cron(server, command: str) -> int:
@@ -48,6 +52,7 @@ def test_a_manual_run_never_becomes_a_shadow_run(server):
     assert wait_for(lambda: finished(server, cron_id))
     assert runs_of(server, cron_id) == []
     status, failures = http("GET", f"{server.url}/open/runs/failures", headers=server.headers)
+    # Shared by the module's tests, none of which may leave a failure.
     assert failures["data"] == []
 
 
@@ -78,11 +83,10 @@ def test_a_manual_run_of_an_unknown_cron_is_404_and_starts_nothing(server):
     assert instances_of(server, cron_id) == []
 
 
-def test_qlshadow_cron_run_starts_a_detached_manual_run(server, make_settings):
-    settings = make_settings()
+def test_qlshadow_cron_run_starts_a_detached_manual_run(server):
     cron_id = add_cron(server, "echo from the task; exit 7")
-    env = {"QL_DATA_DIR": settings.data_dir, "QL_DB_URL": settings.db_url,
-           "QL_SCHEDULER": "node", "QL_PORT": str(server.port)}
+    env = {"QL_DATA_DIR": server.data_dir, "QL_DB_URL": server.db_url,
+           "QL_SCHEDULER": "node", "QL_PORT": str(server.live.port)}
     result = run_cli(env, "cron", "run", str(cron_id))
     assert result.stdout == (f"started cron {cron_id} (manual job) as a manual run; "
                              f"its log: qlshadow log --cron {cron_id} -f\n")

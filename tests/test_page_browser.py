@@ -11,6 +11,9 @@ import pytest
 
 from conftest import ROOT, SHADOW_ON, STATUS_PATH, cli_env, http, run_cli
 
+# It drives a real browser.
+pytestmark = pytest.mark.slow
+
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
 ARTIFACTS = os.path.join(ROOT, "tests", "artifacts", "page")

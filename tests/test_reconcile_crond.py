@@ -15,6 +15,9 @@ import pytest
 from conftest import BACKENDS, run_cli
 from shellenv import SYSTEM_PATH, busybox_static, create_cron, runs_of, start_module_server, wait_for
 
+# It waits two minutes of crond firings.
+pytestmark = pytest.mark.slow
+
 MINUTES = 2
 
 
@@ -49,13 +52,14 @@ def windows(tmp_path_factory):
         since = (int(time.time()) // 60 + 1) * 60
         until = since + MINUTES * 60
         logs = {}
-        for backend, (server, cron_id, spool) in prepared.items():
+        for backend, (_, _, spool) in prepared.items():
             logs[backend] = str(tmp_path_factory.mktemp(f"crond-{backend}") / "crond.log")
             daemons.append(_start_crond(bb, spool, logs[backend]))
         # The last firing's minute must have ended before the gate judges it.
         time.sleep(max(0.0, until + 1 - time.time()))
-        for backend, (server, cron_id, spool) in prepared.items():
-            wait_for(lambda: all(r["state"] == "exited" for r in runs_of(server, cron_id)),
+        for backend, (server, cron_id, _) in prepared.items():
+            wait_for(lambda server=server, cron_id=cron_id:
+                     all(r["state"] == "exited" for r in runs_of(server, cron_id)),
                      timeout=20, interval=0.5)
             done[backend] = (server, cron_id, since, until, logs[backend])
         yield done, problems

@@ -138,7 +138,7 @@ def test_the_write_path_deletes_a_small_batch_every_n_callbacks(settings, make_c
     pruner = retention.Pruner(retention.policy_of(settings))  # its counter starts at 1
     before = len(runs())
 
-    for n in range(1, retention.PRUNE_EVERY):
+    for _ in range(1, retention.PRUNE_EVERY):
         assert pruner.on_write(NOW) == 0  # between steps: nothing at all
     with db.connected(), db.write_transaction():
         deleted = pruner.on_write(NOW)

@@ -127,7 +127,7 @@ def machine_for(client, auth):
             failures = list(ShadowFailure.select().order_by(ShadowFailure.id).dicts())
             assert [(f["reason"], f["request_id"], f["cron_id"]) for f in failures] == [
                 f[:3] for f in self.failures]
-            for row, (_, _, _, drifted) in zip(failures, self.failures):
+            for row, (_, _, _, drifted) in zip(failures, self.failures, strict=True):
                 named = {field for field in ("task_revision", "cron_id") if field in row["detail"]}
                 assert named == drifted
 

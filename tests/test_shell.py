@@ -9,6 +9,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import socket
 import subprocess
 import time
@@ -37,13 +38,22 @@ def shell(request) -> str:
     return request.param
 
 
-@pytest.fixture
-def data_dir(tmp_path, server) -> str:
-    """The task's own data dir, holding a valid runner token from the server's database."""
+@pytest.fixture(scope="module")
+def runner_token_file(server, tmp_path_factory) -> str:
+    """runner-token.json made once per server by `qlshadow token runner` from its database."""
     from conftest import run_cli
+    path = str(tmp_path_factory.mktemp("runner"))
+    run_cli({"QL_DATA_DIR": path, "QL_DB_URL": server.db_url}, "token", "runner")
+    return os.path.join(path, "runner-token.json")
+
+
+@pytest.fixture
+def data_dir(tmp_path, runner_token_file) -> str:
+    """The task's own data dir, holding a valid runner token from the server's database."""
     path = str(tmp_path / "data")
     os.makedirs(path)
-    run_cli({"QL_DATA_DIR": path, "QL_DB_URL": server.db_url}, "token", "runner")
+    # A copy: a test may expire or delete its token without touching the next test's.
+    shutil.copy2(runner_token_file, path)
     return path
 
 

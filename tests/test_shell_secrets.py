@@ -138,7 +138,7 @@ def test_a_failed_callback_is_one_clean_line_in_the_task_log(tmp_path, transport
     assert result.returncode == 0
     notes = [line for line in read_logs(data_dir).splitlines() if line.startswith("qlshadow:")]
     assert len(notes) == 2, notes
-    for note, kind in zip(notes, ("running", "idle")):
+    for note, kind in zip(notes, ("running", "idle"), strict=True):
         assert note.startswith(f"qlshadow: {kind} callback not delivered: ")
         assert "qlshadow:" not in note[len("qlshadow:"):]
         assert not re.search(r"\b000\b", note)

@@ -2,6 +2,7 @@
 "Storage on SQLite"). SQLite only: PostgreSQL keeps no WAL file of ours."""
 from __future__ import annotations
 
+import itertools
 import os
 import uuid
 
@@ -39,4 +40,4 @@ def test_the_wal_stays_bounded_and_is_reused_in_place_across_checkpoints(client,
     # Reused in place: once grown to a cycle's size the file is never cut and grown again
     # (truncating at the checkpoint point cost a metadata write and a slower fdatasync).
     grown = next(n for n, size in enumerate(sizes) if size >= cycle)
-    assert all(b >= a for a, b in zip(sizes[grown:], sizes[grown + 1:]))
+    assert all(b >= a for a, b in itertools.pairwise(sizes[grown:]))

@@ -134,7 +134,7 @@ class Burst:
         self._threads = [threading.Thread(target=self._play, args=(executions,), daemon=True)
                          for executions in self.plans.values()]
 
-    def start(self) -> "Burst":
+    def start(self) -> Burst:
         for thread in self._threads:
             thread.start()
         return self

@@ -61,7 +61,7 @@ def test_invalid_utf8_is_a_400_that_wrote_nothing(client, auth, cron, inspector,
 def test_a_log_path_no_database_can_store_is_a_400_that_wrote_nothing(
         client, auth, cron, inspector, escaped):
     before = inspector.snapshot()
-    raw = ('{"ids":[1],"status":0,"pid":5,"log_path":"%s"}' % escaped).encode()
+    raw = ('{"ids":[1],"status":0,"pid":5,"log_path":"' + escaped + '"}').encode()
     response = put(client, auth, raw)
     assert_refused(response, inspector, before)
     assert "log_path" in response.get_json()["message"]
@@ -70,7 +70,7 @@ def test_a_log_path_no_database_can_store_is_a_400_that_wrote_nothing(
 @pytest.mark.parametrize("escaped", [r"legacy-system:1:\u0000", r"\ud800"], ids=["nul", "surrogate"])
 def test_an_unstorable_execution_id_still_updates_legacy_and_records_a_failure(
         client, auth, cron, inspector, escaped):
-    raw = ('{"ids":[1],"status":0,"pid":5,"execution_id":"%s"}' % escaped).encode()
+    raw = ('{"ids":[1],"status":0,"pid":5,"execution_id":"' + escaped + '"}').encode()
     response = put(client, auth, raw)
     assert response.status_code == 200
     failures = inspector.rows("shadow_failures")

@@ -77,7 +77,7 @@ class Service:
         self.env, self.log_path = env, log_path
         self.process = None
 
-    def start(self) -> "Service":
+    def start(self) -> Service:
         offset = os.path.getsize(self.log_path) if os.path.exists(self.log_path) else 0
         self._log = open(self.log_path, "ab")
         self.process = subprocess.Popen([sys.executable, "-m", "qlshadow.cli", "serve"],

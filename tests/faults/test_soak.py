@@ -10,7 +10,8 @@ import pytest
 
 from conftest import ROOT
 
-pytestmark = pytest.mark.faults
+# A soak: minutes of load in its long mode, still the slowest fault test in its short one.
+pytestmark = [pytest.mark.faults, pytest.mark.slow]
 
 SOAK = os.path.join(ROOT, "scripts", "soak.py")
 
