@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 
 from peewee import DatabaseError, IntegrityError, InterfaceError
@@ -522,7 +523,7 @@ def cmd_status(args) -> int:
     widths = [max(len(line[i]) for line in table) for i in range(len(_STATUS_COLUMNS))]
     for line in table:
         print("  ".join(v.rjust(w) if i in (0, 7) else v.ljust(w)
-                        for i, (v, w) in enumerate(zip(line, widths))).rstrip())
+                        for i, (v, w) in enumerate(zip(line, widths, strict=True))).rstrip())
     if not rows:
         print("no crons")
     return 0

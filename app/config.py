@@ -10,7 +10,7 @@ import os
 import shlex
 import shutil
 from dataclasses import dataclass, field, replace
-from typing import Mapping
+from collections.abc import Mapping
 from urllib.parse import unquote, urlsplit
 
 KNOWN_ORIGINS = frozenset({"manual", "scheduled_node", "scheduled_system"})
@@ -301,7 +301,8 @@ def load(environ: Mapping[str, str] | None = None, config_file: str | None = Non
         crontab_install=crontab_install,
         crontab_list=crontab_list,
         shadow_origins=parse_origins(merged.get("QL3_SHADOW_ORIGINS", "")),
-        failure_cap=_int("QL3_SHADOW_FAILURE_CAP", merged.get("QL3_SHADOW_FAILURE_CAP", "1000"), 0, 10_000_000),
+        failure_cap=_int("QL3_SHADOW_FAILURE_CAP", merged.get("QL3_SHADOW_FAILURE_CAP", "1000"),
+                         0, 10_000_000),
         max_body=_int("QL_MAX_BODY", merged.get("QL_MAX_BODY", "65536"), 256, 16 * 1024 * 1024),
         db_timeout=_float("QL_DB_TIMEOUT", merged.get("QL_DB_TIMEOUT", "5"), 0.1, 300),
         sqlite_synchronous=synchronous,

@@ -33,7 +33,8 @@ import re
 import shlex
 import subprocess
 import sys
-from typing import Any, Callable, TypeVar
+from typing import Any, TypeVar
+from collections.abc import Callable
 
 from .files import write_private
 
@@ -121,7 +122,7 @@ def encode(text: str) -> str:
         if char in _SAFE or not char.isascii():
             out.append(char)
         else:
-            out.append("\\0%03o" % ord(char))
+            out.append(f"\\0{ord(char):03o}")
     return "".join(out)
 
 

@@ -15,7 +15,7 @@ import time
 from contextlib import contextmanager
 from urllib.parse import parse_qsl, unquote, urlsplit
 
-from peewee import (Database, DatabaseError, OperationalError, PostgresqlDatabase,
+from peewee import (Database, OperationalError, PostgresqlDatabase,
                     SqliteDatabase, Value)
 
 from peewee import __exception_wrapper__ as _driver_errors  # driver errors -> peewee's

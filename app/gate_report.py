@@ -35,7 +35,7 @@ def format_report(data: dict) -> str:
     text_columns = {1, 2, len(_COLUMNS) - 1}
     for row in rows:
         lines.append("  ".join(v.ljust(w) if i in text_columns else v.rjust(w)
-                               for i, (v, w) in enumerate(zip(row, widths))).rstrip())
+                               for i, (v, w) in enumerate(zip(row, widths, strict=True))).rstrip())
     for r in data["crons"]:
         if r["definition_changed"]:
             lines.append(f"note: cron {r['cron_id']} changed its definition in or after the "

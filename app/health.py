@@ -8,6 +8,7 @@ which reads what it needs for every cron in a few statements, each an index seek
 from __future__ import annotations
 
 import bisect
+import itertools
 import time
 
 from .models import Cron, database
@@ -60,7 +61,7 @@ class Firings:
 
     def shortest_gap(self) -> int | None:
         points = self.due + ([self.next] if self.next is not None else [])
-        gaps = [b - a for a, b in zip(points, points[1:]) if b > a]
+        gaps = [b - a for a, b in itertools.pairwise(points) if b > a]
         return min(gaps) if gaps else None
 
 

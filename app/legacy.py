@@ -164,7 +164,7 @@ def apply_status_callback(cb: StatusCallback, now: int) -> dict:
         row = update.execute(values).fetchone()
         if row is None:
             continue  # rule 1
-        crons[cron_id] = dict(zip(DEFINITION_KEYS, row))
+        crons[cron_id] = dict(zip(DEFINITION_KEYS, row, strict=True))
         if instance is not None:
             instance_values["id"] = cron_id
             instance.execute(instance_values)

@@ -21,7 +21,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
-from typing import Callable, Mapping
+from collections.abc import Callable, Mapping
 
 from . import config
 
@@ -431,7 +431,7 @@ def _wecom(values, title, content) -> _HttpRequest:
 
 def dingtalk_sign(secret: str, timestamp_ms: int) -> str:
     """DingTalk's signature: base64 HMAC-SHA256 of "timestamp\\nsecret" keyed by the secret."""
-    digest = hmac.new(secret.encode("utf-8"), f"{timestamp_ms}\n{secret}".encode("utf-8"),
+    digest = hmac.new(secret.encode("utf-8"), f"{timestamp_ms}\n{secret}".encode(),
                       hashlib.sha256).digest()
     return base64.b64encode(digest).decode("ascii")
 
@@ -450,7 +450,7 @@ def _dingtalk(values, title, content) -> _HttpRequest:
 
 def feishu_sign(secret: str, timestamp: int) -> str:
     """Feishu's signature: base64 HMAC-SHA256 of nothing, keyed by "timestamp\\nsecret"."""
-    key = f"{timestamp}\n{secret}".encode("utf-8")
+    key = f"{timestamp}\n{secret}".encode()
     return base64.b64encode(hmac.new(key, b"", hashlib.sha256).digest()).decode("ascii")
 
 

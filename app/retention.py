@@ -349,9 +349,9 @@ def prune(settings, now: int, released: bool = False) -> dict:
         if policy.rows_per_cron:
             cap = policy.rows_per_cron
             for (cron_id,) in execute('SELECT DISTINCT "cron_id" FROM "shadow_runs"').fetchall():
-                done["runs"] += repeat(lambda: capped_runs(cron_id, cap, PRUNE_BATCH))
+                done["runs"] += repeat(lambda c=cron_id: capped_runs(c, cap, PRUNE_BATCH))
             for (cron_id,) in execute('SELECT DISTINCT "cron_id" FROM "running_instances"').fetchall():
-                done["instances"] += repeat(lambda: capped_instances(cron_id, cap, PRUNE_BATCH))
+                done["instances"] += repeat(lambda c=cron_id: capped_instances(c, cap, PRUNE_BATCH))
         with write_transaction():
             done["tokens"] = Token.delete().where(Token.expiration <= now).execute()
         checkpoint()

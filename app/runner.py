@@ -1,4 +1,5 @@
-"""Manual runs (docs/CONTRACT.md, "Manual runs"): start task.sh for a cron now, detached, without the origin marker.
+"""Manual runs (docs/CONTRACT.md, "Manual runs"): start task.sh for a cron now, detached,
+without the origin marker.
 
 The runner reports through the same Legacy callbacks as a crond run, but it never makes
 an execution_id (no marker), so a manual run is a RunningInstance and never a Shadow Run.

@@ -9,6 +9,8 @@ run (a day of month no listed month has), is refused here, naming the field.
 """
 from __future__ import annotations
 
+import itertools
+
 SPECIAL = ("@once", "@boot")
 _MONTHS = {m: i for i, m in enumerate(
     "jan feb mar apr may jun jul aug sep oct nov dec".split(), 1)}
@@ -18,7 +20,8 @@ _FIELDS = (("minute", 0, 59, None), ("hour", 0, 23, None), ("day of month", 1, 3
            ("month", 1, 12, _MONTHS), ("day of week", 0, 7, _DAYS))
 _SECONDS = ("second", 0, 59, None)
 # The most days each month has (February: 29, leap years).
-_MONTH_DAYS = dict(zip(range(1, 13), (31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)))
+_MONTH_DAYS = dict(zip(range(1, 13), (31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31),
+                       strict=True))
 
 
 class ScheduleError(ValueError):
@@ -79,7 +82,7 @@ def _parse(schedule) -> tuple:
     if specs is None:
         raise ScheduleError(f"schedule {schedule!r} must have 5 or 6 fields, or be @once or @boot")
     sets = []
-    for text, (name, lo, hi, names) in zip(fields, specs):
+    for text, (name, lo, hi, names) in zip(fields, specs, strict=True):
         try:
             sets.append(_expand(text, lo, hi, names))
         except _Ambiguous as exc:
@@ -124,7 +127,7 @@ def _field_text(values: set, lo: int, hi: int, star_step: bool = True) -> str:
     ordered = sorted(values)
     if len(ordered) >= 3:
         step = ordered[1] - ordered[0]
-        if all(b - a == step for a, b in zip(ordered, ordered[1:])):
+        if all(b - a == step for a, b in itertools.pairwise(ordered)):
             if star_step and step > 1 and ordered[0] == lo and ordered[-1] + step > hi:
                 return f"*/{step}"
             return f"{ordered[0]}-{ordered[-1]}" if step == 1 else f"{ordered[0]}-{ordered[-1]}/{step}"

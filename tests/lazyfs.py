@@ -43,7 +43,7 @@ class LazyFS:
         self._proc: subprocess.Popen | None = None
         self._ask_lock = threading.Lock()  # one command and its answer at a time
 
-    def __enter__(self) -> "LazyFS":
+    def __enter__(self) -> LazyFS:
         why = unavailable_reason()
         if why:
             raise MountFailed(why)

@@ -217,7 +217,8 @@ def test_a_failed_install_refuses_the_change_with_503_and_logs_one_line(
     response = client.post("/open/crons", json={"name": "x", "command": "true", "schedule": "* * * * *"},
                            headers=auth)
     assert response.status_code == 503
-    assert response.get_json()["message"].startswith("The cron change was not made: installing the crontab failed")
+    assert response.get_json()["message"].startswith(
+        "The cron change was not made: installing the crontab failed")
     assert client.get("/open/crons", headers=auth).get_json()["data"]["total"] == 0
     warnings = [r.getMessage() for r in caplog.records if "cron change not made" in r.getMessage()]
     assert len(warnings) == 1 and "\n" not in warnings[0] and "exited 1" in warnings[0]

@@ -47,7 +47,7 @@ def cron_revision(cron: dict) -> str:
     key = _definition(cron)
     revision = _revisions.get(key)
     if revision is None:
-        doc = dict(zip(DEFINITION_FIELDS, key))
+        doc = dict(zip(DEFINITION_FIELDS, key, strict=True))
         if doc["extra_schedules"] is not None:
             doc["extra_schedules"] = json.loads(doc["extra_schedules"])
         revision = task_revision(revision_doc(**doc))
@@ -70,7 +70,8 @@ def observe(cb: StatusCallback, crons: dict, now: int, failure_cap: int) -> str:
             request_id = None  # NUL or a lone surrogate: record the failure without the id
         # (a valid execution_id is ASCII without NUL, so only an invalid one needs the check)
         return _refuse("invalid_execution_id", request_id, cron_id,
-                       f"execution_id {_short(cb.execution_id)} is not legacy-system:<seconds>:<lowercase uuid v4>",
+                       f"execution_id {_short(cb.execution_id)} is not "
+                       "legacy-system:<seconds>:<lowercase uuid v4>",
                        now, failure_cap)
     if len(cb.ids) != 1:
         return _refuse("multiple_ids", request_id, None,
@@ -199,7 +200,7 @@ _FINISH_RUN = Statement(_finish_run)
 
 def _load(values: dict) -> dict | None:
     row = _LOAD_RUN.execute(values).fetchone()
-    return None if row is None else dict(zip(_LOAD_FIELDS, row))
+    return None if row is None else dict(zip(_LOAD_FIELDS, row, strict=True))
 
 
 def _short(value) -> str:
