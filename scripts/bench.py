@@ -215,6 +215,11 @@ DESIGN_SPACE = (
     ("ds_page_2048", None, {}, {"BENCH_PAGE_SIZE": "2048", "BENCH_WAL_AUTOCHECKPOINT": "512"}),
     # The WAL truncated back to exactly 1 MiB (shipped before): cut and regrown every cycle.
     ("ds_truncate_1mib", None, {}, {"BENCH_JOURNAL_SIZE_LIMIT": "1048576"}),
+    # synchronous=normal (QL_SQLITE_SYNCHRONOUS=normal, the default before power-cut tests):
+    # fsyncs only at checkpoints, so answered callbacks since the last one die in a power cut.
+    ("ds_synchronous_normal", None, {}, {"QL_SQLITE_SYNCHRONOUS": "normal"}),
+    ("ds_off_synchronous_normal", None, {}, {"QL_SQLITE_SYNCHRONOUS": "normal",
+                                             "QL3_SHADOW_ORIGINS": ""}),
     # A bound, not a design: no fsync at all (unsafe on power loss, never shipped); with
     # Shadow off too, for what the checkpoints' fsyncs cost each side of Shadow on / off.
     ("ds_synchronous_off", None, {}, {"BENCH_SYNCHRONOUS": "off"}),
@@ -1169,6 +1174,7 @@ def references(results: dict) -> list:
     # Shadow on / off of the same design, where both sides ran: PostgreSQL, no fsync, and
     # a database at its steady size.
     for on_name, off_name in (("pg_on", "pg_off"), ("ds_synchronous_off", "ds_off_synchronous_off"),
+                              ("ds_synchronous_normal", "ds_off_synchronous_normal"),
                               ("ds_steady", "ds_off_steady")):
         if on_name in s and off_name in s:
             rows.append({"figure": f"{on_name} / {off_name} callbacks/s",
