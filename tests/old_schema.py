@@ -10,13 +10,13 @@ import os
 from peewee import CompositeKey
 
 from qlshadow import db, schema
-from qlshadow.models import (ALL_MODELS, App, Cron, RunningInstance, ShadowFailure, ShadowRun,
-                             Token)
+from qlshadow.models import ALL_MODELS, App, Cron, RunningInstance, ShadowFailure, ShadowRun, Token
+from qlshadow.schema import RunV1
 from qlshadow.shadow.ids import attempt_id, run_id
 from qlshadow.shadow.writer import cron_revision
 
 
-class RequestKeyedRun(ShadowRun):
+class RequestKeyedRun(RunV1):
     """The older table: keyed by (project_id, idempotency_key), ordered by an index."""
 
     class Meta:
@@ -47,15 +47,15 @@ ADDED_BY_STEPS: tuple = ()
 
 
 def release_before_versions(db_url: str):
-    """A database at db_url as the last release without a schema version made it: today's
+    """A database at db_url as the last release without a schema version made it: version 1's
     tables, without the indexes later steps added, and no version; bound, connection closed."""
     database = db.make_database(db_url)
     db.bind(database)
     if db.is_sqlite(database):
         os.makedirs(os.path.dirname(database.database), exist_ok=True)
-    ShadowRun._meta.without_rowid = db.is_sqlite(database)
+    RunV1._meta.without_rowid = ShadowRun._meta.without_rowid = db.is_sqlite(database)
     with database.connection_context():
-        database.create_tables(ALL_MODELS)
+        database.create_tables([RunV1 if m is ShadowRun else m for m in ALL_MODELS])
         for name in ADDED_BY_STEPS:
             database.execute_sql(f'DROP INDEX "{name}"')
     return database
@@ -70,6 +70,7 @@ def database_at(db_url: str, version: int):
             with database.atomic():
                 schema.STEPS[target - 1][1](database)
                 schema._stamp(database, target)
+        schema.move_old_runs(database)
     return database
 
 
@@ -79,7 +80,7 @@ def old_key(seconds: int, n: int) -> str:
 
 
 def old_run(cron_id: int, seconds: int, n: int, state: str, **columns) -> dict:
-    """A stored Run as the writer of an older release left it (the cron must exist)."""
+    """A stored Run as the writer of version 1 or before left it (the cron must exist)."""
     key = old_key(seconds, n)
     exited = state == "exited"
     row = dict(project_id="default", idempotency_key=key, id=run_id(key, seconds),
