@@ -146,6 +146,9 @@ def _step_slim_runs(db: Database) -> str:
     the old table in its own transaction, so a nearly full disk never needs room for a
     copy of the whole table and an interrupted move just goes on at the next start."""
     db.execute_sql(f'ALTER TABLE "shadow_runs" RENAME TO "{OLD_RUNS_TABLE}"')
+    if not isinstance(db, SqliteDatabase):  # the key's constraint keeps its name otherwise
+        db.execute_sql(f'ALTER TABLE "{OLD_RUNS_TABLE}" RENAME CONSTRAINT "shadow_runs_pkey" '
+                       f'TO "{OLD_RUNS_TABLE}_pkey"')
     # Index names are per schema, and the new table's index takes this one's name.
     db.execute_sql('DROP INDEX IF EXISTS "shadow_runs_cron"')
     db.create_tables([ShadowRun])

@@ -12,6 +12,7 @@ from peewee import CompositeKey
 from qlshadow import db, schema
 from qlshadow.models import ALL_MODELS, App, Cron, RunningInstance, ShadowFailure, ShadowRun, Token
 from qlshadow.schema import RunV1
+from qlshadow.shadow.reader import logical_row
 from qlshadow.shadow.ids import attempt_id, run_id
 from qlshadow.shadow.writer import cron_revision
 
@@ -74,6 +75,25 @@ def database_at(db_url: str, version: int):
     return database
 
 
+def insert_runs(database, rows: list) -> None:
+    """Store old_run rows in shadow_runs as the database's version keeps them."""
+    if "events" in {c.name for c in database.get_columns("shadow_runs")}:
+        RunV1.insert_many(rows).execute()
+        return
+    slim = [schema._slim(tuple(r[c] for c in schema.MOVE_COLUMNS)) for r in rows]
+    ShadowRun.insert_many([dict(zip(schema.MOVED, r)) for r in slim]).execute()
+
+
+def logical_runs(database) -> list:
+    """Every Run of a database of any version, as its full logical row, by request id."""
+    with database.connection_context():
+        if "events" in {c.name for c in database.get_columns("shadow_runs")}:
+            rows = list(RunV1.select().dicts())  # version 1 or before: every field stored
+        else:
+            rows = [logical_row(r) for r in ShadowRun.select().dicts()]
+    return sorted(rows, key=lambda r: r["idempotency_key"])
+
+
 def old_key(seconds: int, n: int) -> str:
     """A valid execution id, distinct for each n."""
     return f"legacy-system:{seconds}:3f2b8c1e-9d4a-4e6b-8f1a-{n:012x}"
@@ -91,7 +111,7 @@ def old_run(cron_id: int, seconds: int, n: int, state: str, **columns) -> dict:
                triggered_by="legacy:system-crond", execution_owner="legacy",
                accepted_at=seconds, state=state, pid=100 + n, log_path=f"{n}.log",
                started_at=seconds, finished_at=seconds + 5 if exited else None,
-               exit_code=0 if exited else None, recorded_at=seconds + 5,
+               exit_code=0 if exited else None, recorded_at=seconds + 5 if exited else seconds,
                events=f"accepted@{seconds} spawned@{seconds} running@{seconds}"
                       + (f" exited@{seconds + 5}" if exited else ""))
     row.update(columns)
