@@ -225,7 +225,7 @@ _STATS = (
     "SUM(CASE WHEN \"state\" = 'exited' AND \"exit_code\" <> 0 THEN 1 ELSE 0 END), "
     'SUM(CASE WHEN "created_running" = ? THEN 1 ELSE 0 END), '
     "SUM(CASE WHEN \"state\" <> 'exited' AND \"accepted_at\" < ? THEN 1 ELSE 0 END), "
-    'MIN("task_revision"), MAX("task_revision") '
+    'MIN({revision}), MAX({revision}) '
     'FROM "shadow_runs" WHERE {where} '
     'GROUP BY "cron_id"')
 # With several crons on SQLite the window is read as a range of the table's key
@@ -275,9 +275,12 @@ def _stats(ids: list, since: int, until: int, stuck_before: int) -> dict:
     """{cron_id: (runs, exited, failed, finish_only, stuck, lowest and highest revision)}."""
     where, params = _runs_where(ids, since, until)
     wanted = set(ids)
-    return {row[0]: tuple(int(v) for v in row[1:6])
-            + tuple(None if v is None else bytes(v).hex() for v in row[6:])
-            for row in database.obj.execute_sql(_sql(_STATS.format(where=where)),
+    # The revision is stored as bytes; PostgreSQL has no MIN of bytea, so both compare hex.
+    revision = ('lower(hex("task_revision"))' if is_sqlite()
+                else "encode(\"task_revision\", 'hex')")
+    return {row[0]: tuple(int(v) for v in row[1:6]) + tuple(row[6:])
+            for row in database.obj.execute_sql(_sql(_STATS.format(where=where,
+                                                                   revision=revision)),
                                                 [0, stuck_before] + params)
             if row[0] in wanted}
 

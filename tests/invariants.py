@@ -73,7 +73,7 @@ class Inspector:
         names = [d[0] for d in cur.description]
         result = [dict(zip(names, row)) for row in cur.fetchall()]
         cur.close()
-        if table == "shadow_runs":  # the full Run of each slim row
+        if table == "shadow_runs" and "request_uuid" in names:  # the full Run of a slim row
             result = [logical_row(row) for row in result]
         return result
 

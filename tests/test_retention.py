@@ -52,7 +52,7 @@ def execution(cron_id: int, n: int, started: int, finished: int | None) -> None:
 def runs() -> dict:
     """{execution number: state} of every stored Run."""
     with db.connected():
-        return {int(r.idempotency_key.rsplit(":", 1)[1][:8], 16): r.state
+        return {int.from_bytes(bytes(r.request_uuid)[:4], "big"): r.state
                 for r in ShadowRun.select()}
 
 
