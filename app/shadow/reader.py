@@ -7,8 +7,8 @@ from peewee import Tuple
 
 from ..models import ShadowFailure, ShadowRun
 from . import ORIGINS, TRIGGERS
-from .ids import (PROJECT_ID, attempt_id, request_id_of, seconds_of_run_id, uuid_bytes,
-                  uuid_text)
+from .ids import (MAX_SECONDS, PROJECT_ID, attempt_id, request_id_of, seconds_of_run_id,
+                  uuid_bytes, uuid_text)
 
 UUID_TEXT = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
@@ -32,7 +32,9 @@ def logical_row(stored: dict) -> dict:
         events += f" exited@{stored['finished_at']}"
     return {
         "project_id": PROJECT_ID, "idempotency_key": request_id,
-        "id": uuid_text(stored["id"]), "attempt_id": attempt_id(request_id, seconds),
+        "id": uuid_text(stored["id"]),
+        # No writer stores seconds past MAX_SECONDS; a row edited so has no Attempt id.
+        "attempt_id": attempt_id(request_id, seconds) if 0 <= seconds <= MAX_SECONDS else None,
         "request_id": request_id, "task_identity": f"legacy-cron:{stored['cron_id']}",
         "cron_id": stored["cron_id"], "task_revision": bytes(stored["task_revision"]).hex(),
         "origin": origin, "trigger_type": trigger_type, "triggered_by": triggered_by,
