@@ -150,8 +150,11 @@ def last_finishes(limit: int = MAX_CRON_SERIES) -> list:
     return list(query.tuples())
 
 
-def render(counters: Counters) -> str:
-    """The whole exposition: in-process counters plus a few cheap reads of the database."""
+def render(counters: Counters, policy=None) -> str:
+    """The whole exposition: in-process counters plus a few cheap reads of the database.
+
+    policy: the retention.Policy whose storage budget is shown (none: no budget gauges).
+    """
     from . import __version__
     counts = counters.snapshot()
     out = _Text()
@@ -183,6 +186,15 @@ def render(counters: Counters) -> str:
         if "wal" in sizes:
             out.family("qlshadow_database_wal_bytes", "gauge",
                        "Size of the SQLite write-ahead log in bytes.", [({}, sizes["wal"])])
+        if policy is not None and policy.db_path:
+            from .retention import storage_use
+            use = storage_use(policy)
+            out.family("qlshadow_storage_used_bytes", "gauge",
+                       "Bytes counted against the storage budget: database pages in use, "
+                       "WAL and task logs.", [({}, use["used_bytes"])])
+            out.family("qlshadow_storage_budget_bytes", "gauge",
+                       "QL_STORAGE_BUDGET in bytes (0: no budget).",
+                       [({}, use["budget_bytes"])])
         out.family("qlshadow_runs", "gauge", "Shadow Runs stored, by state.",
                    [({"state": k}, v) for k, v in runs.items()])
         out.family("qlshadow_cron_last_exit_code", "gauge",

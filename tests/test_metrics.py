@@ -181,3 +181,14 @@ def test_each_app_counts_its_own_answers(app, client, auth, make_cron):
 
     assert other.extensions[KEY].counters.snapshot()["callbacks"]["ok"] == 0
     assert app.extensions[KEY].counters.snapshot()["callbacks"]["ok"] == 1
+
+
+def test_the_storage_gauges_show_the_use_against_the_budget(scrape, settings, backend):
+    samples = scrape()
+    budget = samples.get(("qlshadow_storage_budget_bytes", frozenset()))
+    used = samples.get(("qlshadow_storage_used_bytes", frozenset()))
+    if backend == "postgres":  # the budget counts the SQLite files of the data dir only
+        assert (budget, used) == (None, None)
+        return
+    assert budget == settings.storage_budget == 6 * 1024 * 1024
+    assert 0 < used < budget

@@ -12,5 +12,5 @@ bp = Blueprint("metrics", __name__)
 @bp.route("/metrics", methods=["GET"])
 @requires_scope("metrics")
 def exposition():
-    return Response(metrics.render(runtime().counters), content_type="text/plain; version=0.0.4; charset=utf-8",
+    return Response(metrics.render(runtime().counters, runtime().pruner.policy), content_type="text/plain; version=0.0.4; charset=utf-8",
                     headers={"Cache-Control": "no-store"})
