@@ -137,7 +137,7 @@ def _rekey_runs(db: Database) -> str:
 
 
 OLD_RUNS_TABLE = "shadow_runs_v1"
-MOVE_BATCH = 500  # Runs moved per transaction: a bounded WAL and a bounded loss on a full disk
+MOVE_BATCH = 200  # Runs moved per transaction: a bounded WAL and a bounded loss on a full disk
 
 
 def _step_slim_runs(db: Database) -> str:
@@ -146,12 +146,17 @@ def _step_slim_runs(db: Database) -> str:
     the old table in its own transaction, so a nearly full disk never needs room for a
     copy of the whole table and an interrupted move just goes on at the next start."""
     db.execute_sql(f'ALTER TABLE "shadow_runs" RENAME TO "{OLD_RUNS_TABLE}"')
-    if not isinstance(db, SqliteDatabase):  # the key's constraint keeps its name otherwise
+    ShadowRun._schema.create_table()
+    if isinstance(db, SqliteDatabase):
+        # Index names are per schema and SQLite cannot rename one; dropping a full index
+        # writes each of its pages, which a nearly full disk may not have room for. The
+        # old index goes with its emptied table, and the new one is made then (move_old_runs).
+        pass
+    else:
         db.execute_sql(f'ALTER TABLE "{OLD_RUNS_TABLE}" RENAME CONSTRAINT "shadow_runs_pkey" '
                        f'TO "{OLD_RUNS_TABLE}_pkey"')
-    # Index names are per schema, and the new table's index takes this one's name.
-    db.execute_sql('DROP INDEX IF EXISTS "shadow_runs_cron"')
-    db.create_tables([ShadowRun])
+        db.execute_sql(f'ALTER INDEX "shadow_runs_cron" RENAME TO "{OLD_RUNS_TABLE}_cron"')
+        add_indexes(ShadowRun)
     return f"shadow_runs slimmed: its Runs move from {OLD_RUNS_TABLE} in batches"
 
 
@@ -200,11 +205,16 @@ def move_old_runs(db: Database, batch: int = MOVE_BATCH) -> int:
                 rows = db.execute_sql(select).fetchall()
                 if not rows:
                     db.execute_sql(f'DROP TABLE "{OLD_RUNS_TABLE}"')
+                    add_indexes(ShadowRun)  # SQLite's, once the old one's name is free
                     break
                 cursor = db.cursor()
                 cursor.executemany(insert, [_slim(r) for r in rows])
                 cursor.executemany(delete, [(r[0], r[1]) for r in rows])
             moved += len(rows)
+            if isinstance(db, SqliteDatabase):
+                # Back into the file's freed pages now: the WAL of a few batches would be
+                # more than a nearly full disk has room for.
+                db.execute_sql("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
     except DatabaseError as exc:
         log.warning("moving Runs to the slim table stopped after %d: %s; it goes on at the "
                     "next start", moved, _first_line(exc))

@@ -109,10 +109,17 @@ def wchar() -> int:
         return next(int(line.split()[1]) for line in fh if line.startswith("wchar:"))
 
 
-def steady_one(base: str, shadow: bool, crons: int, warm_minutes: int, minutes: int) -> dict:
+def steady_one(base: str, shadow: bool, crons: int, warm_minutes: int, minutes: int,
+               page_size: int = 0, checkpoint_pages: int = 0) -> dict:
     """One configuration on the code qlshadow imports from: warm up past the retention cap,
-    then count the bytes of `minutes` more minutes of callbacks."""
-    from qlshadow import config, db, retention
+    then count the bytes of `minutes` more minutes of callbacks. page_size and
+    checkpoint_pages (when not 0) try another SQLite page size or WAL checkpoint point."""
+    from qlshadow import config, db, retention, schema
+    if page_size:
+        schema.PAGE_SIZE = page_size
+    if checkpoint_pages:
+        db.SQLITE_PRAGMAS = tuple((k, checkpoint_pages if k == "wal_autocheckpoint" else v)
+                                  for k, v in db.SQLITE_PRAGMAS)
     from qlshadow.legacy import apply_status_callback, parse_status_callback
     from qlshadow.models import Cron, RunningInstance, ShadowRun
     from qlshadow.shadow.writer import observe
@@ -332,6 +339,10 @@ def main(argv=None) -> int:
                         help="steady: minutes before counting (past the 1,000-row cap)")
     parser.add_argument("--steady-minutes", type=int, default=100)
     parser.add_argument("--steady-one", choices=("on", "off"), help=argparse.SUPPRESS)
+    parser.add_argument("--page-size", type=int, default=0,
+                        help="steady: another SQLite page size for this tree's new database")
+    parser.add_argument("--checkpoint-pages", type=int, default=0,
+                        help="steady: another wal_autocheckpoint for this tree")
     parser.add_argument("--callbacks", type=int, default=1_000_000, help="flat: callbacks")
     parser.add_argument("--crons", type=int, default=10, help="flat: crons, each every minute")
     parser.add_argument("--sample-every", type=int, default=50_000)
@@ -347,7 +358,8 @@ def main(argv=None) -> int:
     base = tempfile.mkdtemp(prefix="qlshadow-storage-", dir=args.workdir)
     if args.steady_one:  # a child of steady: one configuration, one JSON line
         print(json.dumps(steady_one(base, args.steady_one == "on", args.steady_crons,
-                                    args.warm_minutes, args.steady_minutes)))
+                                    args.warm_minutes, args.steady_minutes, args.page_size,
+                                    args.checkpoint_pages)))
         return 0
     results = {"sqlite": sqlite3.sqlite_version, "python": sys.version.split()[0]}
     if "cost" in args.only:
