@@ -225,12 +225,13 @@ def test_the_page_bench_reports_memory_per_page_and_the_counters_ratio(tmp_path)
 def test_the_run_shapes_script_counts_what_each_index_writes():
     process = subprocess.run(
         [sys.executable, os.path.join(ROOT, "scripts", "run_shapes.py"),
-         "--waves", "8", "--crons", "40", "--rows", "200", "500"],
+         "--waves", "8", "--crons", "40", "--rows", "200", "500", "--page-sizes", "4096"],
         cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert process.returncode == 0, process.stderr
     rows = {}
     for insert, finish, size, name in re.findall(
-            r"([\d.]+) insert\s+([\d.]+) finish\s+(\d+)-byte rows  (.+)", process.stdout):
+            r"([\d.]+) \(\s*\d+ B\) insert\s+([\d.]+) \(\s*\d+ B\) finish\s+(\d+)-byte rows"
+            r"\s+4096 B pages  (.+)", process.stdout):
         rows[(name.split(" [")[0].split(" (a bound")[0], int(size))] = (float(insert), float(finish))
     assert len(rows) == 8, process.stdout
     shipped = "key (accepted_at, id), index (cron_id, accepted_at, id)"
