@@ -105,10 +105,17 @@ def database_bytes(db_path: str) -> tuple:
 
 def storage_use(policy: Policy, logs: int | None = None) -> dict:
     """Use against the budget: {"used_bytes", "budget_bytes", "database_bytes",
-    "wal_bytes", "log_bytes"}; logs: task log bytes when already known."""
+    "wal_bytes", "log_bytes"}; logs: task log bytes when already known.
+
+    The WAL counts up to its checkpoint point: it is reused in place, and beyond that it
+    only grows while a reader holds a snapshot and is cut back at a checkpoint; counting
+    that would delete history for good to pay for a moment's WAL.
+    """
+    from .db import WAL_CHECKPOINT_BYTES
     db_used, wal = database_bytes(policy.db_path) if policy.db_path else (0, 0)
     logs = log_bytes(policy.log_dir) if logs is None else logs
-    return {"used_bytes": db_used + wal + logs, "budget_bytes": policy.budget,
+    counted_wal = min(wal, WAL_CHECKPOINT_BYTES * 1048 // 1024)  # with frame headers
+    return {"used_bytes": db_used + counted_wal + logs, "budget_bytes": policy.budget,
             "database_bytes": db_used, "wal_bytes": wal, "log_bytes": logs}
 
 
