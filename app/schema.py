@@ -146,17 +146,17 @@ def _step_slim_runs(db: Database) -> str:
     the old table in its own transaction, so a nearly full disk never needs room for a
     copy of the whole table and an interrupted move just goes on at the next start."""
     db.execute_sql(f'ALTER TABLE "shadow_runs" RENAME TO "{OLD_RUNS_TABLE}"')
-    ShadowRun._schema.create_table()
-    if isinstance(db, SqliteDatabase):
-        # Index names are per schema and SQLite cannot rename one; dropping a full index
-        # writes each of its pages, which a nearly full disk may not have room for. The
-        # old index goes with its emptied table, and the new one is made then (move_old_runs).
-        pass
-    else:
+    sqlite = isinstance(db, SqliteDatabase)
+    if not sqlite:  # the old key's and index's names go with it, free for the new ones
         db.execute_sql(f'ALTER TABLE "{OLD_RUNS_TABLE}" RENAME CONSTRAINT "shadow_runs_pkey" '
                        f'TO "{OLD_RUNS_TABLE}_pkey"')
         db.execute_sql(f'ALTER INDEX "shadow_runs_cron" RENAME TO "{OLD_RUNS_TABLE}_cron"')
+    ShadowRun._schema.create_table()
+    if not sqlite:
         add_indexes(ShadowRun)
+    # SQLite cannot rename an index, and dropping a full one writes each of its pages, which
+    # a nearly full disk may not have room for: the old index goes with its emptied table,
+    # and the new one is made then (move_old_runs).
     return f"shadow_runs slimmed: its Runs move from {OLD_RUNS_TABLE} in batches"
 
 
@@ -172,6 +172,15 @@ def _slim(row: tuple) -> tuple:
     return (accepted, uuid_bytes(run), request_uuid(request), cron, bytes.fromhex(revision),
             ORIGINS.index(origin), state, pid, log_path, started, finished, exit_code, created,
             running)
+
+
+def _driver_errors(db: Database) -> tuple:
+    """The DB-API error classes of the database's driver."""
+    if isinstance(db, SqliteDatabase):
+        import sqlite3
+        return (sqlite3.Error,)
+    import psycopg2
+    return (psycopg2.Error,)
 
 
 MOVE_COLUMNS = ("accepted_at", "id", "request_id", "cron_id", "task_revision", "origin",
@@ -201,7 +210,8 @@ def move_old_runs(db: Database, batch: int = MOVE_BATCH) -> int:
     moved = 0
     try:
         while True:
-            with db.atomic():
+            # Under the schema lock: several processes starting at once take turns.
+            with _locked(db):
                 rows = db.execute_sql(select).fetchall()
                 if not rows:
                     db.execute_sql(f'DROP TABLE "{OLD_RUNS_TABLE}"')
@@ -215,7 +225,7 @@ def move_old_runs(db: Database, batch: int = MOVE_BATCH) -> int:
                 # Back into the file's freed pages now: the WAL of a few batches would be
                 # more than a nearly full disk has room for.
                 db.execute_sql("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
-    except DatabaseError as exc:
+    except (DatabaseError, *_driver_errors(db)) as exc:  # executemany is the driver's own
         log.warning("moving Runs to the slim table stopped after %d: %s; it goes on at the "
                     "next start", moved, _first_line(exc))
         return moved
