@@ -263,7 +263,8 @@ def test_the_shadow_bound_script_replays_each_case_and_writes_more_for_each_inde
     # Bytes written are counted, not timed: each step of the Run writes pages of its own.
     assert rows["row"] > rows["legacy"]
     assert rows["row+sp+cron index"] > rows["row+savepoint"]
-    assert rows["row+sp+index, 520 B"] > rows["row+sp+index, 320 B"]
+    # On the product's 1 KiB pages both rows spill into overflow pages (docs/STORAGE.md).
+    assert rows["row+sp+index, 520 B"] >= rows["row+sp+index, 320 B"] > rows["row+sp+cron index"]
     assert rows["product"] > rows["row+sp+cron index"]
     assert rows["product in-process, Shadow on"] > rows["product in-process, Legacy only"]
     kept_line = process.stdout.split("Runs kept after the replays: ")[1].splitlines()[0]
