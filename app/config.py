@@ -27,7 +27,7 @@ FILE_KEYS = frozenset({
     "QL_CRONTAB_FILE", "QL_CRONTAB_INSTALL", "QL_CRONTAB_LIST", "QL3_SHADOW_ORIGINS",
     "QL3_SHADOW_FAILURE_CAP", "QL_MAX_BODY", "QL_BASE_URL", "QL_CALLBACK_TIMEOUT", "QL_DB_TIMEOUT",
     "QL_RETENTION_DAYS", "QL_RETENTION_ROWS_PER_CRON", "QL_RETENTION_LOGS_PER_CRON",
-    "QL_RETENTION_LOG_DAYS", "QL_SQLITE_SYNCHRONOUS",
+    "QL_RETENTION_LOG_DAYS", "QL_SQLITE_SYNCHRONOUS", "QL_STORAGE_BUDGET",
 })
 
 # Notification settings (docs/NOTIFY.md), read by qlshadow.notify only, never by the
@@ -57,6 +57,12 @@ class ConfigError(ValueError):
     """A configuration value that cannot be used; the message names the key."""
 
 
+# The data dir's database, WAL and task logs together (docs/STORAGE.md has the arithmetic:
+# 20 crons every minute with the default retention fit, on an 8 MiB overlay).
+DEFAULT_BUDGET_TEXT = "6M"
+DEFAULT_STORAGE_BUDGET = 6 * 1024 * 1024
+
+
 @dataclass(frozen=True)
 class Settings:
     data_dir: str = "./data"
@@ -81,6 +87,7 @@ class Settings:
     retention_rows_per_cron: int = 1000
     retention_logs_per_cron: int = 50
     retention_log_days: int = 7
+    storage_budget: int = DEFAULT_STORAGE_BUDGET  # bytes; 0: no budget
     config_file: str | None = None
     # The keys whose value came from the config file (the environment did not override
     # them): such a value (a database password) need not be repeated on crontab lines,
@@ -111,6 +118,21 @@ def _int(key: str, raw: str, lo: int, hi: int) -> int:
     value = int(text)
     if not lo <= value <= hi:
         raise ConfigError(f"{key}={raw!r} must be between {lo} and {hi}")
+    return value
+
+
+_SIZE_UNITS = {"": 1, "K": 1024, "M": 1024 ** 2, "G": 1024 ** 3}
+
+
+def parse_size(key: str, raw: str) -> int:
+    """Bytes of a size such as 6M, 512K or 6291456 (K, M, G: powers of 1024; 0: off)."""
+    text = raw.strip().upper()
+    digits, unit = (text[:-1], text[-1]) if text[-1:] in ("K", "M", "G") else (text, "")
+    if not digits.isascii() or not digits.isdigit():
+        raise ConfigError(f"{key}={raw!r} is not a size: a whole number of bytes, or with K, M or G")
+    value = int(digits) * _SIZE_UNITS[unit]
+    if value > 1024 ** 4:
+        raise ConfigError(f"{key}={raw!r} must be at most 1024G")
     return value
 
 
@@ -314,6 +336,8 @@ def load(environ: Mapping[str, str] | None = None, config_file: str | None = Non
         retention_logs_per_cron=_int("QL_RETENTION_LOGS_PER_CRON",
                                      merged.get("QL_RETENTION_LOGS_PER_CRON", "50"), 0, 10_000_000),
         retention_log_days=_int("QL_RETENTION_LOG_DAYS", merged.get("QL_RETENTION_LOG_DAYS", "7"), 0, 36500),
+        storage_budget=parse_size("QL_STORAGE_BUDGET",
+                                  merged.get("QL_STORAGE_BUDGET", DEFAULT_BUDGET_TEXT)),
         config_file=path,
         file_keys=frozenset(file_values.keys() - from_env.keys()),
         given_keys=frozenset(merged),

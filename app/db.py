@@ -44,6 +44,7 @@ log = logging.getLogger("qlshadow")
 # 1 MiB every cycle truncated the file and grew it again, a metadata write and a slower
 # fdatasync each time (docs/PERFORMANCE.md).
 WAL_CHECKPOINT_PAGES = 256
+WAL_CHECKPOINT_BYTES = WAL_CHECKPOINT_PAGES * 4096  # per page size: wal_checkpoint_pages
 WAL_LIMIT_BYTES = 1280 * 1024
 SQLITE_PRAGMAS = (("synchronous", "full"), ("foreign_keys", 1), ("cache_size", -512),
                   ("wal_autocheckpoint", WAL_CHECKPOINT_PAGES),
@@ -64,6 +65,17 @@ class RouterSqliteDatabase(SqliteDatabase):
         if not self.is_closed() and not self.connection().in_transaction:
             return
         super().rollback()
+
+    def _add_conn_hooks(self, conn):
+        super()._add_conn_hooks(conn)
+        # The checkpoint point is a number of pages: keep it at the same bytes whatever the
+        # file's page size (1 KiB for a new database, 4 KiB for one made before).
+        conn.execute(f"PRAGMA wal_autocheckpoint = {wal_checkpoint_pages(conn)}")
+
+
+def wal_checkpoint_pages(conn) -> int:
+    """wal_autocheckpoint for a connection's database: WAL_CHECKPOINT_BYTES of its pages."""
+    return WAL_CHECKPOINT_BYTES // conn.execute("PRAGMA page_size").fetchone()[0]
 
 # One writer at a time inside this process: SQLite allows one writer anyway, and a Python
 # lock hands the turn over without the busy handler's sleep-and-retry. Across processes

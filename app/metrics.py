@@ -204,10 +204,11 @@ def _host_families(out: _Text, settings) -> None:
                    [({}, int(install_state(settings) == "installed"))])
 
 
-def render(counters: Counters, settings=None) -> str:
+def render(counters: Counters, settings=None, policy=None) -> str:
     """The whole exposition: in-process counters plus a few cheap reads of the database.
 
     With settings: the per-cron health series, free bytes and the crontab's install state.
+    policy: the retention.Policy whose storage budget is shown (none: no budget gauges).
     """
     from . import __version__
     counts = counters.snapshot()
@@ -247,6 +248,15 @@ def render(counters: Counters, settings=None) -> str:
         if "wal" in sizes:
             out.family("qlshadow_database_wal_bytes", "gauge",
                        "Size of the SQLite write-ahead log in bytes.", [({}, sizes["wal"])])
+        if policy is not None and policy.db_path:
+            from .retention import storage_use
+            use = storage_use(policy)
+            out.family("qlshadow_storage_used_bytes", "gauge",
+                       "Bytes counted against the storage budget: database pages in use, "
+                       "WAL and task logs.", [({}, use["used_bytes"])])
+            out.family("qlshadow_storage_budget_bytes", "gauge",
+                       "QL_STORAGE_BUDGET in bytes (0: no budget).",
+                       [({}, use["budget_bytes"])])
         out.family("qlshadow_runs", "gauge", "Shadow Runs stored, by state.",
                    [({"state": k}, v) for k, v in runs.items()])
         out.family("qlshadow_cron_last_exit_code", "gauge",

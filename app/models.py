@@ -5,9 +5,9 @@ on a router. Indexes carry a comment naming the query that needs them.
 """
 from __future__ import annotations
 
-from peewee import (AutoField, BigIntegerField, CompositeKey, DatabaseProxy, ForeignKeyField,
-                    IntegerField, Model, NodeList, SmallIntegerField, SQL, SqliteDatabase,
-                    TextField)
+from peewee import (AutoField, BigIntegerField, BlobField, CompositeKey, DatabaseProxy,
+                    ForeignKeyField, IntegerField, Model, NodeList, SmallIntegerField, SQL,
+                    SqliteDatabase, TextField)
 
 database = DatabaseProxy()
 
@@ -129,36 +129,31 @@ class Token(BaseModel):
 
 
 class ShadowRun(BaseModel):
-    """One Shadow Run with its single Attempt and its events, in one row.
+    """One Shadow Run with its single Attempt and its events, in one slim row.
 
-    Keyed by (accepted_at, id). The run id is a function of (project_id, idempotency_key)
-    (docs/CONTRACT.md), so the key is unique exactly when they are, and it is also the order
-    every Run listing, window and age deletion reads: one B-tree holds the rows and serves
-    admission, replay, state changes and those reads. On SQLite the table is WITHOUT ROWID
-    for the same reason. Older databases keyed it by (project_id, idempotency_key), with a
-    separate (accepted_at, id) index; the first step of schema.py rebuilds such a table once.
+    Keyed by (accepted_at, id): the order every Run listing, window and age deletion reads,
+    so one B-tree holds the rows and serves admission, replay, state changes and those reads
+    (on SQLite WITHOUT ROWID for the same reason). Only what cannot be derived is stored,
+    in binary where it is a hash: a Run is written on every callback and kept for weeks on
+    a router's flash (docs/STORAGE.md measures the shapes). reader.logical_row rebuilds the
+    full Run: the request id (also its idempotency key) from accepted_at and request_uuid,
+    the Attempt id from those two, project, task identity and trigger fields from constants,
+    the events and recorded_at from created_at, created_running, state and finished_at.
     """
-    project_id = TextField()
-    idempotency_key = TextField()
-    id = TextField()
-    attempt_id = TextField()
-    request_id = TextField()
-    task_identity = TextField()
-    cron_id = BigIntegerField()
-    task_revision = TextField()
-    origin = TextField()
-    trigger_type = TextField()
-    triggered_by = TextField()
-    execution_owner = TextField()
     accepted_at = BigIntegerField()
+    id = BlobField()  # the run id's 16 bytes: byte order is the text id's order
+    request_uuid = BlobField()  # the execution id's UUID, 16 bytes
+    cron_id = BigIntegerField()
+    task_revision = BlobField()  # sha256 of the definition, 32 bytes
+    origin = SmallIntegerField()  # position in shadow.ORIGINS
     state = TextField()
     pid = BigIntegerField(null=True)
     log_path = TextField(null=True)
     started_at = BigIntegerField(null=True)
     finished_at = BigIntegerField(null=True)
     exit_code = IntegerField(null=True)
-    events = TextField()  # "kind@at kind@at ...", in order; seq is the position
-    recorded_at = BigIntegerField()
+    created_at = BigIntegerField()  # server time of the first callback: its events' time
+    created_running = SmallIntegerField()  # 1 when the first callback was "running"
 
     class Meta:
         table_name = "shadow_runs"

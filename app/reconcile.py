@@ -23,6 +23,7 @@ from .db import is_sqlite
 from .models import Cron, database
 from .parse import TIME_MAX
 from .schedule import field_count
+from .shadow.ids import uuid_text
 
 DAY = 86400
 MAX_WINDOW = 31 * DAY  # firings are enumerated one by one: keep a call bounded
@@ -226,9 +227,9 @@ _STATS = (
     'SELECT "cron_id", COUNT(*), '
     "SUM(CASE WHEN \"state\" = 'exited' THEN 1 ELSE 0 END), "
     "SUM(CASE WHEN \"state\" = 'exited' AND \"exit_code\" <> 0 THEN 1 ELSE 0 END), "
-    'SUM(CASE WHEN "events" NOT LIKE ? THEN 1 ELSE 0 END), '
+    'SUM(CASE WHEN "created_running" = ? THEN 1 ELSE 0 END), '
     "SUM(CASE WHEN \"state\" <> 'exited' AND \"accepted_at\" < ? THEN 1 ELSE 0 END), "
-    'MIN("task_revision"), MAX("task_revision") '
+    'MIN({revision}), MAX({revision}) '
     'FROM "shadow_runs" WHERE {where} '
     'GROUP BY "cron_id"')
 # With several crons on SQLite the window is read as a range of the table's key
@@ -278,9 +279,13 @@ def _stats(ids: list, since: int, until: int, stuck_before: int) -> dict:
     """{cron_id: (runs, exited, failed, finish_only, stuck, lowest and highest revision)}."""
     where, params = _runs_where(ids, since, until)
     wanted = set(ids)
+    # The revision is stored as bytes; PostgreSQL has no MIN of bytea, so both compare hex.
+    revision = ('lower(hex("task_revision"))' if is_sqlite()
+                else "encode(\"task_revision\", 'hex')")
     return {row[0]: tuple(int(v) for v in row[1:6]) + tuple(row[6:])
-            for row in database.obj.execute_sql(_sql(_STATS.format(where=where)),
-                                                ["%running@%", stuck_before] + params)
+            for row in database.obj.execute_sql(_sql(_STATS.format(where=where,
+                                                                   revision=revision)),
+                                                [0, stuck_before] + params)
             if row[0] in wanted}
 
 
@@ -420,7 +425,7 @@ def _cron_report(cron: dict, since: int, until: int, now: int, stuck_after: int,
         report["off_schedule"] = judged - matched
     report["missed"] = missed[:MAX_LISTED]
     report["missed_omitted"] = max(0, len(missed) - MAX_LISTED)
-    report["double"] = [{"at": at, "run_ids": [r for (r,) in execute(
+    report["double"] = [{"at": at, "run_ids": [uuid_text(r) for (r,) in execute(
         _sql(_RUN_IDS), (cid, at, at + 60))]} for at in double[:MAX_LISTED]]
     report["double_omitted"] = max(0, len(double) - MAX_LISTED)
 

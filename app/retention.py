@@ -10,7 +10,9 @@ What is deleted (docs/CONTRACT.md "Retention"):
 - a cron's Runs and instances beyond its newest QL_RETENTION_ROWS_PER_CRON, whatever state;
 - tokens past their expiration (issuing a token also caps the app's tokens, auth.py);
 - a cron's task logs beyond its newest QL_RETENTION_LOGS_PER_CRON files or older than
-  QL_RETENTION_LOG_DAYS; the newest log of a cron is never deleted.
+  QL_RETENTION_LOG_DAYS; the newest log of a cron is never deleted;
+- on SQLite, while the data dir's database pages in use, WAL and task logs together exceed
+  QL_STORAGE_BUDGET: the oldest exited Runs and finished instances, whatever their age.
 A Run or instance still running "may still finish": its process may be alive and its finish
 callback may arrive at any time, so age alone never deletes it. Only the row cap does, once
 its cron has recorded that many newer executions (it is then superseded).
@@ -44,10 +46,12 @@ class Policy:
     logs_per_cron: int = 0
     log_days: int = 0
     log_dir: str = ""
+    budget: int = 0  # bytes (storage_use); 0: none
+    db_path: str = ""  # the SQLite file the budget covers
 
     @property
     def rows_on(self) -> bool:
-        return bool(self.days or self.rows_per_cron)
+        return bool(self.days or self.rows_per_cron or self.budget)
 
     @property
     def logs_on(self) -> bool:
@@ -117,9 +121,72 @@ def release_reserve(data_dir: str) -> bool:
 
 
 def policy_of(settings) -> Policy:
+    """The retention policy of settings (the budget only on SQLite: it counts its files)."""
+    from .config import sqlite_file
+    path = sqlite_file(settings.db_url)
     return Policy(settings.retention_days, settings.retention_rows_per_cron,
                   settings.retention_logs_per_cron, settings.retention_log_days,
-                  settings.log_dir)
+                  settings.log_dir, settings.storage_budget if path else 0, path or "")
+
+
+# The newest possible cutoff: with it the age rules delete the oldest finished rows.
+ANY_AGE = 2 ** 62
+LOG_BYTES_EVERY = 16  # write-path steps between two walks of the task logs
+
+
+def log_bytes(log_dir: str) -> int:
+    """Bytes of the files in the task log folders (one level down, as task.sh writes)."""
+    total = 0
+    try:
+        folders = [e.path for e in os.scandir(log_dir) if e.is_dir(follow_symlinks=False)]
+    except OSError:
+        return 0
+    for folder in folders:
+        try:
+            total += sum(e.stat(follow_symlinks=False).st_size for e in os.scandir(folder)
+                         if e.is_file(follow_symlinks=False))
+        except OSError:
+            continue
+    return total
+
+
+def database_bytes(db_path: str) -> tuple:
+    """(bytes of the SQLite pages in use, bytes of its WAL): deleting rows frees pages
+    that later writes reuse, so the pages in use, not the file's size, are what a budget
+    can hold down (the file shrinks only by VACUUM)."""
+    execute = database.obj.execute_sql
+    pages = execute("PRAGMA page_count").fetchone()[0]
+    free = execute("PRAGMA freelist_count").fetchone()[0]
+    size = execute("PRAGMA page_size").fetchone()[0]
+    try:
+        wal = os.stat(db_path + "-wal").st_size
+    except OSError:
+        wal = 0
+    return (pages - free) * size, wal
+
+
+def storage_use(policy: Policy, logs: int | None = None) -> dict:
+    """Use against the budget: {"used_bytes", "budget_bytes", "database_bytes",
+    "wal_bytes", "log_bytes"}; logs: task log bytes when already known.
+
+    The WAL counts up to its checkpoint point: it is reused in place, and beyond that it
+    only grows while a reader holds a snapshot and is cut back at a checkpoint; counting
+    that would delete history for good to pay for a moment's WAL.
+    """
+    from .db import WAL_CHECKPOINT_BYTES
+    db_used, wal = database_bytes(policy.db_path) if policy.db_path else (0, 0)
+    logs = log_bytes(policy.log_dir) if logs is None else logs
+    counted_wal = min(wal, WAL_CHECKPOINT_BYTES * 1048 // 1024)  # with frame headers
+    return {"used_bytes": db_used + counted_wal + logs, "budget_bytes": policy.budget,
+            "database_bytes": db_used, "wal_bytes": wal, "log_bytes": logs}
+
+
+def over_budget(policy: Policy, limit: int, logs: int | None = None) -> int:
+    """Delete up to limit of the oldest exited Runs and of the oldest finished instances
+    while the use is over the budget; returns rows deleted (0 when within it)."""
+    if not policy.budget or storage_use(policy, logs)["used_bytes"] <= policy.budget:
+        return 0
+    return expired_runs(ANY_AGE, limit) + expired_instances(ANY_AGE, limit)
 
 
 class Pruner:
@@ -130,6 +197,8 @@ class Pruner:
         self._writes = itertools.count(1)  # next() is atomic under the GIL: no lock here
         # The cron whose cap is checked next, per table, and the log folder pruned next.
         self._cursor = {"runs": 0, "instances": 0, "logs": ""}
+        self._steps = 0
+        self._log_bytes = 0  # task log bytes at the last walk (every LOG_BYTES_EVERY steps)
 
     def on_write(self, now: int) -> int:
         """Every PRUNE_EVERY calls, delete at most a small batch of what is due; returns rows+files.
@@ -159,6 +228,11 @@ class Pruner:
             folder = self._next_log_folder(policy.log_dir)
             if folder:
                 deleted += prune_log_folder(folder, policy, now, WRITE_BATCH)[0]
+        if policy.budget:
+            if self._steps % LOG_BYTES_EVERY == 0:
+                self._log_bytes = log_bytes(policy.log_dir)
+            self._steps += 1
+            deleted += over_budget(policy, WRITE_BATCH, self._log_bytes)
         return deleted
 
     def _next_cron(self, table: str, next_sql: str, first_sql: str):
@@ -224,8 +298,8 @@ _FIRST_INSTANCE_CRON = 'SELECT "cron_id" FROM "running_instances" ORDER BY "cron
 def expired_runs(cutoff: int, limit: int) -> int:
     """Delete, among the oldest limit exited Runs, those accepted and exited before cutoff."""
     execute = database.obj.execute_sql
-    # With no more than limit of them, all are in reach: below (cutoff, "") is before cutoff.
-    stop = execute(prebuilt(_EXPIRED_RUNS_STOP), (cutoff, limit)).fetchone() or (cutoff, "")
+    # With no more than limit of them, all are in reach: below (cutoff, b"") is before cutoff.
+    stop = execute(prebuilt(_EXPIRED_RUNS_STOP), (cutoff, limit)).fetchone() or (cutoff, b"")
     return execute(prebuilt(_EXPIRED_RUNS), (*stop, cutoff)).rowcount
 
 
@@ -319,7 +393,8 @@ def prune(settings, now: int, released: bool = False) -> dict:
     policy = policy_of(settings)
     sqlite = settings.db_url.startswith("sqlite:")
     released = released or (sqlite and release_reserve(settings.data_dir))
-    done = {"runs": 0, "instances": 0, "tokens": 0, "log_files": 0, "log_bytes": 0}
+    done = {"runs": 0, "instances": 0, "tokens": 0, "log_files": 0, "log_bytes": 0,
+            "over_budget": 0}  # Runs and instances deleted to get within the budget
     if policy.logs_on and os.path.isdir(policy.log_dir):
         for entry in sorted(os.scandir(policy.log_dir), key=lambda e: e.name):
             if entry.is_dir(follow_symlinks=False):
@@ -355,6 +430,15 @@ def prune(settings, now: int, released: bool = False) -> dict:
         with write_transaction():
             done["tokens"] = Token.delete().where(Token.expiration <= now).execute()
         checkpoint()
+        if policy.budget:
+            logs = log_bytes(policy.log_dir)
+            while True:
+                with write_slice():
+                    count = over_budget(policy, PRUNE_BATCH, logs)
+                checkpoint()  # the WAL counts too: each batch's is given back before the next
+                if not count:
+                    break
+                done["over_budget"] += count
     if sqlite:
         done["reserve_released"] = released
         done["reserve"] = make_reserve(settings.data_dir)
@@ -373,7 +457,7 @@ def _expired_runs_all(cutoff: int) -> int:
                       'AND "state" = \'exited\' AND "finished_at" < ?')
     last = prebuilt('SELECT "accepted_at", "id" FROM "shadow_runs" WHERE "accepted_at" < ? '
                     'ORDER BY "accepted_at" DESC, "id" DESC LIMIT 1')
-    after, total = (-2**62, ""), 0
+    after, total = (-2**62, b""), 0
     while True:
         with write_slice():
             upto = execute(window, (cutoff, *after, PRUNE_BATCH - 1)).fetchone()

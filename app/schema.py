@@ -19,15 +19,19 @@ import logging
 from collections.abc import Callable
 from contextlib import contextmanager
 
-from peewee import Database, DatabaseError, SqliteDatabase
+from peewee import (BigIntegerField, CompositeKey, Database, DatabaseError, IntegerField,
+                    SqliteDatabase, TextField)
 
 from .errors import Unavailable
-from .models import ALL_MODELS, Cron, RunningInstance, ShadowRun, database
+from .models import ALL_MODELS, BaseModel, Cron, RunningInstance, ShadowRun, database
 
 log = logging.getLogger("qlshadow")
 
 VERSION_TABLE = "schema_version"
 PG_LOCK_KEY = 4460446  # pg_advisory_xact_lock key: one schema change at a time per database
+# SQLite page size of a new database: slim Runs fill 1 KiB pages, where 4 KiB pages made a
+# callback rewrite four times the bytes (docs/STORAGE.md has the measurements).
+PAGE_SIZE = 1024
 UPGRADE_WAIT_MS = 120_000  # another process's upgrade (a re-key copies the Run table) may be slow
 
 
@@ -56,6 +60,39 @@ def add_column(db: Database, model, field_name: str) -> None:
         migrate(SchemaMigrator.from_database(db).add_column(table, field.column_name, field))
 
 
+# --- frozen tables: a table as a shipped version had it, for the steps that build it --------
+
+class RunV1(BaseModel):
+    """shadow_runs at version 1: every field of the Run stored, as text."""
+    project_id = TextField()
+    idempotency_key = TextField()
+    id = TextField()
+    attempt_id = TextField()
+    request_id = TextField()
+    task_identity = TextField()
+    cron_id = BigIntegerField()
+    task_revision = TextField()
+    origin = TextField()
+    trigger_type = TextField()
+    triggered_by = TextField()
+    execution_owner = TextField()
+    accepted_at = BigIntegerField()
+    state = TextField()
+    pid = BigIntegerField(null=True)
+    log_path = TextField(null=True)
+    started_at = BigIntegerField(null=True)
+    finished_at = BigIntegerField(null=True)
+    exit_code = IntegerField(null=True)
+    events = TextField()
+    recorded_at = BigIntegerField()
+
+    class Meta:
+        table_name = "shadow_runs"
+        primary_key = CompositeKey("accepted_at", "id")
+
+
+RunV1.add_index(RunV1.index(RunV1.cron_id, RunV1.accepted_at, RunV1.id, name="shadow_runs_cron"))
+
 # --- the steps ------------------------------------------------------------------------------
 
 def _step_release_before_versions(db: Database) -> str | None:
@@ -64,10 +101,11 @@ def _step_release_before_versions(db: Database) -> str | None:
     if db.table_exists("shadow_runs") and \
             db.get_primary_keys("shadow_runs") == ["project_id", "idempotency_key"]:
         done = _rekey_runs(db)
+    RunV1._meta.without_rowid = isinstance(db, SqliteDatabase)
     for model in ALL_MODELS:
-        add_table(db, model)
+        add_table(db, RunV1 if model is ShadowRun else model)
     add_indexes(RunningInstance)
-    add_indexes(ShadowRun)
+    add_indexes(RunV1)
     return done
 
 
@@ -80,12 +118,13 @@ def _rekey_runs(db: Database) -> str:
     if isinstance(db, SqliteDatabase):
         # SQLite cannot change a table's key: the rows are copied into a new table, which
         # needs as much free space again as the table while it runs.
-        columns = ", ".join(f'"{f.column_name}"' for f in ShadowRun._meta.sorted_fields)
+        columns = ", ".join(f'"{f.column_name}"' for f in RunV1._meta.sorted_fields)
         db.execute_sql('ALTER TABLE "shadow_runs" RENAME TO "shadow_runs_old"')
         for index in db.get_indexes("shadow_runs_old"):  # they moved with the table
             if index.sql:  # not a key's own index, which goes with the table
                 db.execute_sql(f'DROP INDEX "{index.name}"')
-        db.create_tables([ShadowRun])
+        RunV1._meta.without_rowid = True
+        db.create_tables([RunV1])
         db.execute_sql(f'INSERT INTO "shadow_runs" ({columns}) '
                        f'SELECT {columns} FROM "shadow_runs_old"')
         db.execute_sql('DROP TABLE "shadow_runs_old"')
@@ -97,18 +136,117 @@ def _rekey_runs(db: Database) -> str:
     return f"shadow_runs re-keyed by (accepted_at, id), {rows} Runs kept"
 
 
+OLD_RUNS_TABLE = "shadow_runs_v1"
+MOVE_BATCH = 200  # Runs moved per transaction: a bounded WAL and a bounded loss on a full disk
+
+
+def _step_slim_runs(db: Database) -> str:
+    """Version 2: the slim Run row (models.ShadowRun). Only renames and creates: the Runs
+    move to the new table in batches afterwards (move_old_runs), each batch deleted from
+    the old table in its own transaction, so a nearly full disk never needs room for a
+    copy of the whole table and an interrupted move just goes on at the next start."""
+    db.execute_sql(f'ALTER TABLE "shadow_runs" RENAME TO "{OLD_RUNS_TABLE}"')
+    sqlite = isinstance(db, SqliteDatabase)
+    if not sqlite:  # the old key's and index's names go with it, free for the new ones
+        db.execute_sql(f'ALTER TABLE "{OLD_RUNS_TABLE}" RENAME CONSTRAINT "shadow_runs_pkey" '
+                       f'TO "{OLD_RUNS_TABLE}_pkey"')
+        db.execute_sql(f'ALTER INDEX "shadow_runs_cron" RENAME TO "{OLD_RUNS_TABLE}_cron"')
+    ShadowRun._schema.create_table()
+    if not sqlite:
+        add_indexes(ShadowRun)
+    # SQLite cannot rename an index, and dropping a full one writes each of its pages, which
+    # a nearly full disk may not have room for: the old index goes with its emptied table,
+    # and the new one is made then (move_old_runs).
+    return f"shadow_runs slimmed: its Runs move from {OLD_RUNS_TABLE} in batches"
+
+
+def _slim(row: tuple) -> tuple:
+    """A version-1 Run row (MOVE_COLUMNS order) in the slim table's columns (MOVED order)."""
+    from .shadow import ORIGINS
+    from .shadow.ids import request_uuid, uuid_bytes
+    (accepted, run, request, cron, revision, origin, state, pid, log_path, started, finished,
+     exit_code, events) = row
+    first = events.split(None, 3)  # accepted@t spawned@t [running@t] ...
+    created = int(first[0].partition("@")[2])
+    running = 1 if len(first) > 2 and first[2].startswith("running@") else 0
+    return (accepted, uuid_bytes(run), request_uuid(request), cron, bytes.fromhex(revision),
+            ORIGINS.index(origin), state, pid, log_path, started, finished, exit_code, created,
+            running)
+
+
+def _driver_errors(db: Database) -> tuple:
+    """The DB-API error classes of the database's driver."""
+    if isinstance(db, SqliteDatabase):
+        import sqlite3
+        return (sqlite3.Error,)
+    import psycopg2
+    return (psycopg2.Error,)
+
+
+MOVE_COLUMNS = ("accepted_at", "id", "request_id", "cron_id", "task_revision", "origin",
+                "state", "pid", "log_path", "started_at", "finished_at", "exit_code", "events")
+MOVED = ("accepted_at", "id", "request_uuid", "cron_id", "task_revision", "origin", "state",
+         "pid", "log_path", "started_at", "finished_at", "exit_code", "created_at",
+         "created_running")
+
+
+def move_old_runs(db: Database, batch: int = MOVE_BATCH) -> int:
+    """Move the Runs of a version-1 table into the slim one, newest first, in batches.
+
+    Each batch is one transaction that inserts the slim rows and deletes the old ones, so
+    the pages it frees hold the next batch and the file does not grow on a full disk.
+    Newest first: if the disk fills anyway, the history kept is the newest. Stops at the
+    first error (logged) and goes on at the next start. Returns the Runs moved.
+    """
+    if not db.table_exists(OLD_RUNS_TABLE):
+        return 0
+    q = "?" if isinstance(db, SqliteDatabase) else "%s"
+    columns = ", ".join(f'"{c}"' for c in MOVE_COLUMNS)
+    select = (f'SELECT {columns} FROM "{OLD_RUNS_TABLE}" '
+              f'ORDER BY "accepted_at" DESC, "id" DESC LIMIT {int(batch)}')
+    insert = (f'INSERT INTO "shadow_runs" ({", ".join(f"{chr(34)}{c}{chr(34)}" for c in MOVED)}) '
+              f'VALUES ({", ".join([q] * len(MOVED))}) ON CONFLICT DO NOTHING')
+    delete = f'DELETE FROM "{OLD_RUNS_TABLE}" WHERE "accepted_at" = {q} AND "id" = {q}'
+    moved = 0
+    try:
+        while True:
+            # Under the schema lock: several processes starting at once take turns.
+            with _locked(db):
+                rows = db.execute_sql(select).fetchall()
+                if not rows:
+                    db.execute_sql(f'DROP TABLE "{OLD_RUNS_TABLE}"')
+                    add_indexes(ShadowRun)  # SQLite's, once the old one's name is free
+                    break
+                cursor = db.cursor()
+                cursor.executemany(insert, [_slim(r) for r in rows])
+                cursor.executemany(delete, [(r[0], r[1]) for r in rows])
+            moved += len(rows)
+            if isinstance(db, SqliteDatabase):
+                # Back into the file's freed pages now: the WAL of a few batches would be
+                # more than a nearly full disk has room for.
+                db.execute_sql("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+    except (DatabaseError, *_driver_errors(db)) as exc:  # executemany is the driver's own
+        log.warning("moving Runs to the slim table stopped after %d: %s; it goes on at the "
+                    "next start", moved, _first_line(exc))
+        return moved
+    if moved:
+        log.warning("%d Runs moved to the slim table", moved)
+    return moved
+
+
 def _step_cron_grace(db: Database) -> None:
-    """Version 2: a cron's own grace period (health.py), null for the default."""
+    """Version 3: a cron's own grace period (health.py), null for the default."""
     add_column(db, Cron, "grace")
 
 
 # (what the step does, in words that follow "cannot" in an error; the step). Step n brings
 # version n - 1 to version n and returns a line to log once it is committed, or None.
 # Append only: never reorder or edit a step that has shipped. Step 1 builds tables from
-# today's models: a later step that changes shadow_runs' columns must first give step 1 a
-# frozen copy of the version-1 Run table to re-key into.
+# today's models, except shadow_runs, which it builds from the frozen RunV1: a later step
+# that changes a table's columns must first give the earlier steps a frozen copy of it.
 STEPS = (
     ("re-key shadow_runs by (accepted_at, id)", _step_release_before_versions),
+    ("slim shadow_runs", _step_slim_runs),
     ("add the crons' grace column", _step_cron_grace),
 )
 LATEST = len(STEPS)
@@ -134,14 +272,20 @@ def upgrade_schema(cause: Callable[[BaseException], str] = _first_line) -> str:
     mode = ""
     with db.connection_context():
         if sqlite:
+            # A page size holds only from the file's first write; an existing database
+            # keeps its own (changing it takes a VACUUM: free space the size of the file).
+            if db.execute_sql("PRAGMA page_count").fetchone()[0] == 0:
+                db.execute_sql(f"PRAGMA page_size = {PAGE_SIZE}")
             mode = db.execute_sql("PRAGMA journal_mode=wal").fetchone()[0].lower()
         if _current(db) == LATEST and not _missing_tables(db):  # the usual start: no lock
+            move_old_runs(db)
             return mode
         if sqlite:
             waited = db.execute_sql("PRAGMA busy_timeout").fetchone()[0]
             db.execute_sql(f"PRAGMA busy_timeout = {max(waited, UPGRADE_WAIT_MS)}")
         try:
             _upgrade(db, cause)
+            move_old_runs(db)
         finally:
             if sqlite:
                 db.execute_sql(f"PRAGMA busy_timeout = {waited}")

@@ -33,6 +33,13 @@ MIX = (("* * * * *", 5, 60, 0), ("*/5 * * * *", 20, 300, 0), ("*/15 * * * *", 25
 WEEK = 7 * 86400
 
 
+# The order of the Run tuples built in fill(): every field of the logical Run.
+FULL_RUN = ("project_id", "idempotency_key", "id", "attempt_id", "request_id", "task_identity",
+            "cron_id", "task_revision", "origin", "trigger_type", "triggered_by",
+            "execution_owner", "accepted_at", "state", "pid", "log_path", "started_at",
+            "finished_at", "exit_code", "events", "recorded_at")
+
+
 def _import():
     try:
         import qlshadow  # noqa: F401
@@ -68,11 +75,16 @@ def fill(database, runs_wanted: int, now: int) -> dict:
     plan.sort(reverse=True)
     plan = plan[:runs_wanted]
     start_of_history = plan[-1][0]
-    runs_sql = q('INSERT INTO "shadow_runs" ("project_id", "idempotency_key", "id", "attempt_id", '
-                 '"request_id", "task_identity", "cron_id", "task_revision", "origin", '
-                 '"trigger_type", "triggered_by", "execution_owner", "accepted_at", "state", '
-                 '"pid", "log_path", "started_at", "finished_at", "exit_code", "events", '
-                 '"recorded_at") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)')
+    # Runs are built below with every field of the logical Run (schema.RunV1's columns, in
+    # FULL_RUN order) and stored as the writer stores them (schema.MOVED).
+    from qlshadow import schema
+    columns = ", ".join(f'"{c}"' for c in schema.MOVED)
+    runs_sql = q(f'INSERT INTO "shadow_runs" ({columns}) '
+                 f'VALUES ({", ".join("?" * len(schema.MOVED))})')
+
+    def slim(rows: list) -> list:
+        return [schema._slim(tuple(dict(zip(FULL_RUN, r, strict=True))[c] for c in schema.MOVE_COLUMNS))
+                for r in rows]
     inst_sql = q('INSERT INTO "running_instances" ("cron_id", "pid", "log_path", "started_at", '
                  '"finished_at", "status", "exit_code") VALUES (?, ?, ?, ?, ?, ?, ?)')
     defects = {"missed": 0, "finish_only": 0, "stuck": 0, "double": 0, "manual": 0}
@@ -117,12 +129,12 @@ def fill(database, runs_wanted: int, now: int) -> dict:
             batch_inst.append((cron_id, 7, log, began + 20, began + 22, 1, 0))
         if len(batch_runs) >= 20000:
             with database.atomic():
-                database.cursor().executemany(runs_sql, batch_runs)
+                database.cursor().executemany(runs_sql, slim(batch_runs))
                 database.cursor().executemany(inst_sql, batch_inst)
             batch_runs, batch_inst = [], []
             print(f"  {i + 1:,} of {len(plan):,}", file=sys.stderr, end="\r")
     with database.atomic():
-        database.cursor().executemany(runs_sql, batch_runs)
+        database.cursor().executemany(runs_sql, slim(batch_runs))
         database.cursor().executemany(inst_sql, batch_inst)
     if database.param == "?":
         execute("ANALYZE")

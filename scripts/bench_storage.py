@@ -10,6 +10,11 @@
   latency   GET /open/runs?cron_id=N&limit=50 (and the unfiltered list and one Run by id)
             over 10,000 and 1,000,000 stored Runs, through the Flask app in-process, timed
             side by side; the Runs are bulk-inserted rows of the same shape.
+  steady    bytes written per callback (counted at write(2): /proc/self/io wchar) and
+            database bytes per kept Run at steady state: 20 crons every minute, default
+            retention, Shadow on and off, driven in-process like flat. --baseline DIR runs
+            the same in a child process on another tree of the code (`git archive <commit>
+            app | tar -x -C DIR`), side by side in one run.
   cost      callbacks/s and bytes written per callback over HTTP, servers from bench.py
             interleaved in rounds: retention on (defaults, and a small cap that deletes on
             every step) vs off, and the product with the read indexes dropped (the
@@ -97,6 +102,98 @@ def flat(base: str, callbacks: int, crons: int, every: int) -> dict:
             "samples": samples, "second_half_min_bytes": min(tail), "second_half_max_bytes": max(tail)}
 
 
+# --- steady: bytes per callback and per kept Run once retention holds the size -------------
+
+def wchar() -> int:
+    """Bytes this process has passed to write(2) and friends so far."""
+    with open("/proc/self/io") as fh:
+        return next(int(line.split()[1]) for line in fh if line.startswith("wchar:"))
+
+
+def steady_one(base: str, shadow: bool, crons: int, warm_minutes: int, minutes: int,
+               page_size: int = 0, checkpoint_pages: int = 0) -> dict:
+    """One configuration on the code qlshadow imports from: warm up past the retention cap,
+    then count the bytes of `minutes` more minutes of callbacks. page_size and
+    checkpoint_pages (when not 0) try another SQLite page size or WAL checkpoint point."""
+    from qlshadow import config, db, retention, schema
+    if page_size:
+        schema.PAGE_SIZE = page_size
+    if checkpoint_pages:
+        db.SQLITE_PRAGMAS = tuple((k, checkpoint_pages if k == "wal_autocheckpoint" else v)
+                                  for k, v in db.SQLITE_PRAGMAS)
+    from qlshadow.legacy import apply_status_callback, parse_status_callback
+    from qlshadow.models import Cron, RunningInstance, ShadowRun
+    from qlshadow.shadow.writer import observe
+
+    data = os.path.join(base, f"steady-{'on' if shadow else 'off'}")
+    app, settings = load_app(data, {} if shadow else {"QL3_SHADOW_ORIGINS": ""})
+    path = config.sqlite_file(settings.db_url)
+    with db.database.connection_context(), db.write_transaction():
+        ids = [Cron.insert(name=f"job{n}", command=f"task job{n}.sh", schedule="* * * * *",
+                           created_at=START, updated_at=START).execute() for n in range(crons)]
+    pruner = retention.Pruner(retention.policy_of(settings))
+    written, counted = 0, 0
+    with db.database.connection_context():
+        for minute_n in range(warm_minutes + minutes):
+            measuring = minute_n >= warm_minutes
+            minute = START + 60 * minute_n
+            before = wchar()
+            for c, cron_id in enumerate(ids):
+                n = minute_n * crons + c
+                eid = f"legacy-system:{minute}:{n & 0xffffffff:08x}-9d4a-4e6b-8f1a-{n:012x}"
+                for status, now in ((0, minute), (1, minute + 30)):
+                    cb = parse_status_callback({
+                        "ids": [cron_id], "status": status, "pid": 1000 + n % 30000,
+                        "log_path": f"/opt/ql/log/job{c}/{minute}.log",
+                        "last_execution_time": minute, "last_running_time": 30,
+                        "exit_code": 0, "execution_id": eid})
+                    with db.write_transaction():
+                        result = apply_status_callback(cb, now)
+                        if shadow:
+                            observe(cb, result, now, settings.failure_cap)
+                        pruner.on_write(now)
+            if measuring:
+                written += wchar() - before
+                counted += 2 * crons
+        runs = ShadowRun.select().count()
+        instances = RunningInstance.select().count()
+        db.database.execute_sql("PRAGMA wal_checkpoint(TRUNCATE)")
+        page_size = db.database.execute_sql("PRAGMA page_size").fetchone()[0]
+    db_bytes = os.path.getsize(path)
+    return {"shadow": shadow, "callbacks_counted": counted, "page_size": page_size,
+            "bytes_per_callback": round(written / counted), "runs": runs,
+            "instances": instances, "db_bytes": db_bytes,
+            "db_bytes_per_run": round(db_bytes / runs) if runs else None}
+
+
+def steady(base: str, baseline: str | None, crons: int, warm_minutes: int,
+           minutes: int) -> dict:
+    """steady_one with Shadow on and off, for this tree and (in children) the baseline's."""
+    import subprocess
+    trees = {"this": None} if baseline is None else {"baseline": baseline, "this": None}
+    out = {}
+    for name, tree in trees.items():
+        for shadow in (True, False):
+            env = dict(os.environ)
+            if tree is not None:
+                # a directory holding only a `qlshadow` link to the tree's app/ package
+                pkg = os.path.join(base, f"pkg-{name}")
+                os.makedirs(pkg, exist_ok=True)
+                if not os.path.exists(os.path.join(pkg, "qlshadow")):
+                    os.symlink(os.path.join(os.path.abspath(tree), "app"),
+                               os.path.join(pkg, "qlshadow"))
+                env["PYTHONPATH"] = pkg
+            child = subprocess.run(
+                [sys.executable, os.path.abspath(__file__), "--steady-one",
+                 "on" if shadow else "off", "--steady-crons", str(crons),
+                 "--warm-minutes", str(warm_minutes), "--steady-minutes", str(minutes),
+                 "--workdir", base], env=env, capture_output=True, text=True, check=True)
+            result = json.loads(child.stdout.strip().splitlines()[-1])
+            bench.progress(f"steady {name}: {result}")
+            out[f"{name}-{'on' if shadow else 'off'}"] = result
+    return out
+
+
 # --- latency: 10,000 vs 1,000,000 Runs -------------------------------------------------------
 
 def fill_runs(path: str, count: int, crons: int) -> None:
@@ -107,24 +204,20 @@ def fill_runs(path: str, count: int, crons: int) -> None:
         conn.execute("INSERT INTO crons (name, command, schedule, allow_multiple_instances, "
                      "status, is_disabled, created_at, updated_at) "
                      "VALUES (?, 'task', '* * * * *', 0, 1, 0, 1, 1)", (f"job{n}",))
-    from qlshadow.shadow.ids import attempt_id, run_id
+    from qlshadow import schema
+    from qlshadow.shadow.ids import run_id
 
-    def rows():
+    def rows():  # as the writer stores them (schema.MOVED columns)
         for n in range(count):
             seconds = START + 60 * (n // crons)
             key = f"legacy-system:{seconds}:{n & 0xffffffff:08x}-9d4a-4e6b-8f1a-{n:012x}"
-            yield ("default", key, run_id(key, seconds), attempt_id(key, seconds), key,
-                   f"legacy-cron:{n % crons + 1}", n % crons + 1, "r" * 64, "scheduled_system",
-                   "scheduled_system", "legacy:system-crond", "legacy", seconds, "exited",
-                   1000, f"job/{n}.log", seconds, seconds + 30, 0,
-                   f"accepted@{seconds} spawned@{seconds} running@{seconds} exited@{seconds + 30}",
-                   seconds + 30)
-    conn.executemany(
-        'INSERT INTO shadow_runs ("project_id", "idempotency_key", "id", "attempt_id", '
-        '"request_id", "task_identity", "cron_id", "task_revision", "origin", "trigger_type", '
-        '"triggered_by", "execution_owner", "accepted_at", "state", "pid", "log_path", '
-        '"started_at", "finished_at", "exit_code", "events", "recorded_at") VALUES '
-        '(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)', rows())
+            yield schema._slim((seconds, run_id(key, seconds), key, n % crons + 1, "ab" * 32,
+                                "scheduled_system", "exited", 1000, f"job/{n}.log", seconds,
+                                seconds + 30, 0, f"accepted@{seconds} spawned@{seconds} "
+                                f"running@{seconds} exited@{seconds + 30}"))
+    columns = ", ".join(f'"{c}"' for c in schema.MOVED)
+    conn.executemany(f'INSERT INTO shadow_runs ({columns}) VALUES '
+                     f'({", ".join("?" * len(schema.MOVED))})', rows())
     conn.execute("COMMIT")
     conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     conn.close()
@@ -239,8 +332,19 @@ def cost(base: str, python: str, crons: int, callbacks: int, rounds: int, client
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", nargs="*", choices=("flat", "latency", "cost"),
-                        default=["flat", "latency", "cost"])
+    parser.add_argument("--only", nargs="*", choices=("flat", "latency", "cost", "steady"),
+                        default=["flat", "latency", "cost", "steady"])
+    parser.add_argument("--baseline", default=None,
+                        help="steady: another tree of the code to measure side by side")
+    parser.add_argument("--steady-crons", type=int, default=20)
+    parser.add_argument("--warm-minutes", type=int, default=1100,
+                        help="steady: minutes before counting (past the 1,000-row cap)")
+    parser.add_argument("--steady-minutes", type=int, default=100)
+    parser.add_argument("--steady-one", choices=("on", "off"), help=argparse.SUPPRESS)
+    parser.add_argument("--page-size", type=int, default=0,
+                        help="steady: another SQLite page size for this tree's new database")
+    parser.add_argument("--checkpoint-pages", type=int, default=0,
+                        help="steady: another wal_autocheckpoint for this tree")
     parser.add_argument("--callbacks", type=int, default=1_000_000, help="flat: callbacks")
     parser.add_argument("--crons", type=int, default=10, help="flat: crons, each every minute")
     parser.add_argument("--sample-every", type=int, default=50_000)
@@ -254,11 +358,19 @@ def main(argv=None) -> int:
     parser.add_argument("--workdir", default=None)
     args = parser.parse_args(argv)
     base = tempfile.mkdtemp(prefix="qlshadow-storage-", dir=args.workdir)
+    if args.steady_one:  # a child of steady: one configuration, one JSON line
+        print(json.dumps(steady_one(base, args.steady_one == "on", args.steady_crons,
+                                    args.warm_minutes, args.steady_minutes, args.page_size,
+                                    args.checkpoint_pages)))
+        return 0
     results = {"sqlite": sqlite3.sqlite_version, "python": sys.version.split()[0]}
     if "cost" in args.only:
         results["cost"] = cost(base, args.python, 200, args.cost_callbacks, args.cost_rounds, 16)
     if "latency" in args.only:
         results["latency"] = latency(base, args.runs, args.latency_crons, args.requests)
+    if "steady" in args.only:
+        results["steady"] = steady(base, args.baseline, args.steady_crons, args.warm_minutes,
+                                   args.steady_minutes)
     if "flat" in args.only:
         results["flat"] = flat(base, args.callbacks, args.crons, args.sample_every)
     with open(args.json, "w") as fh:

@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
 """WAL frames a Run's insert and its finish write, for shapes of the Run table.
 
-    python3 scripts/run_shapes.py [--waves 30] [--crons 200]
+    python3 scripts/run_shapes.py [--waves 30] [--crons 200] [--rows 520 150]
+                                  [--page-sizes 4096 1024]
 
 Plain sqlite3 in WAL mode, outside qlshadow: crond waves of `crons` Runs accepted in the same
 second (their ids in hash order, as run ids are), each inserted in its own transaction, then
 each finished by an update that grows the row a little. Frames are counted from the WAL's
-growth, so checkpoints are off and the WAL is truncated between waves. For each table shape
-and row size it prints frames per insert and per finish, after five waves of warm-up. It
+growth, so checkpoints are off and the WAL is truncated between waves. For each table shape,
+row size and page size it prints frames and WAL bytes per insert and per finish, after five
+waves of warm-up (a 150-byte row is the slim Run, 520 the version-1 text row). It
 answers "what would another key, another index or a slimmer row save" without changing the
 product (docs/PERFORMANCE.md).
 """
@@ -19,7 +21,7 @@ import os
 import sqlite3
 import tempfile
 
-FRAME = 4096 + 24
+FRAME_HEADER = 24
 SHAPES = {
     "key (accepted_at, id), index (cron_id, accepted_at, id) [shipped]": (
         "CREATE TABLE r (a INTEGER NOT NULL, id TEXT NOT NULL, cron INTEGER NOT NULL, "
@@ -40,10 +42,12 @@ SHAPES = {
 ROW_OVERHEAD = 70  # the key, the cron id and the record header, about
 
 
-def measure(ddl, row_bytes: int, waves: int, crons: int) -> tuple:
+def measure(ddl, row_bytes: int, waves: int, crons: int, page_size: int = 4096) -> tuple:
     path = os.path.join(tempfile.mkdtemp(prefix="qlshadow-shapes-"), "runs.db")
     conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute(f"PRAGMA page_size={page_size}")
     conn.execute("PRAGMA journal_mode=wal")
+    frame = page_size + FRAME_HEADER
     conn.execute("PRAGMA wal_autocheckpoint=0")
     for statement in ddl:
         conn.execute(statement)
@@ -56,7 +60,7 @@ def measure(ddl, row_bytes: int, waves: int, crons: int) -> tuple:
         conn.execute(sql, params)
         conn.execute("COMMIT")
         if count:
-            counted[kind][0] += (os.path.getsize(path + "-wal") - before) / FRAME
+            counted[kind][0] += (os.path.getsize(path + "-wal") - before) / frame
             counted[kind][1] += 1
 
     for wave in range(waves):
@@ -77,14 +81,19 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--waves", type=int, default=30, help="crond waves (default 30)")
     parser.add_argument("--crons", type=int, default=200, help="Runs per wave (default 200)")
-    parser.add_argument("--rows", type=int, nargs="+", default=[520, 320],
-                        help="row sizes in bytes (default 520, today's Run row, and 320)")
+    parser.add_argument("--rows", type=int, nargs="+", default=[520, 150],
+                        help="row sizes in bytes (default 520, the text row, and 150, slim)")
+    parser.add_argument("--page-sizes", type=int, nargs="+", default=[4096, 1024])
     args = parser.parse_args(argv)
-    print(f"WAL frames per transaction, {args.crons} Runs per wave, {args.waves} waves")
+    print(f"WAL frames (bytes) per transaction, {args.crons} Runs per wave, {args.waves} waves")
     for name, ddl in SHAPES.items():
-        for row_bytes in args.rows:
-            insert, finish = measure(ddl, row_bytes, args.waves, args.crons)
-            print(f"  {insert:5.2f} insert  {finish:5.2f} finish  {row_bytes:4d}-byte rows  {name}")
+        for page_size in args.page_sizes:
+            for row_bytes in args.rows:
+                insert, finish = measure(ddl, row_bytes, args.waves, args.crons, page_size)
+                per = page_size + FRAME_HEADER
+                print(f"  {insert:5.2f} ({insert * per:6.0f} B) insert  {finish:5.2f} "
+                      f"({finish * per:6.0f} B) finish  {row_bytes:4d}-byte rows  "
+                      f"{page_size:4d} B pages  {name}")
     return 0
 
 

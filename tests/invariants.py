@@ -16,6 +16,7 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 
 from qlshadow.config import sqlite_file
 from qlshadow.shadow.ids import PROJECT_ID, attempt_id, parse_execution_id, run_id
+from qlshadow.shadow.reader import logical_row
 
 TABLES = ("crons", "running_instances", "apps", "tokens", "shadow_runs", "shadow_failures")
 STATES = ("accepted", "spawned", "running", "exited")
@@ -72,6 +73,8 @@ class Inspector:
         names = [d[0] for d in cur.description]
         result = [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
         cur.close()
+        if table == "shadow_runs" and "request_uuid" in names:  # the full Run of a slim row
+            result = [logical_row(row) for row in result]
         return result
 
     def snapshot(self) -> dict:

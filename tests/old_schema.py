@@ -10,13 +10,14 @@ import os
 from peewee import CompositeKey
 
 from qlshadow import db, schema
-from qlshadow.models import (ALL_MODELS, App, Cron, RunningInstance, ShadowFailure, ShadowRun,
-                             Token)
+from qlshadow.models import ALL_MODELS, App, Cron, RunningInstance, ShadowFailure, ShadowRun, Token
+from qlshadow.schema import RunV1
+from qlshadow.shadow.reader import logical_row
 from qlshadow.shadow.ids import attempt_id, run_id
 from qlshadow.shadow.writer import cron_revision
 
 
-class RequestKeyedRun(ShadowRun):
+class RequestKeyedRun(RunV1):
     """The older table: keyed by (project_id, idempotency_key), ordered by an index."""
 
     class Meta:
@@ -60,15 +61,15 @@ def _drop_added_columns(database) -> None:
 
 
 def release_before_versions(db_url: str):
-    """A database at db_url as the last release without a schema version made it: today's
+    """A database at db_url as the last release without a schema version made it: version 1's
     tables, without the indexes later steps added, and no version; bound, connection closed."""
     database = db.make_database(db_url)
     db.bind(database)
     if db.is_sqlite(database):
         os.makedirs(os.path.dirname(database.database), exist_ok=True)
-    ShadowRun._meta.without_rowid = db.is_sqlite(database)
+    RunV1._meta.without_rowid = ShadowRun._meta.without_rowid = db.is_sqlite(database)
     with database.connection_context():
-        database.create_tables(ALL_MODELS)
+        database.create_tables([RunV1 if m is ShadowRun else m for m in ALL_MODELS])
         for name in ADDED_BY_STEPS:
             database.execute_sql(f'DROP INDEX "{name}"')
         _drop_added_columns(database)
@@ -84,7 +85,27 @@ def database_at(db_url: str, version: int):
             with database.atomic():
                 schema.STEPS[target - 1][1](database)
                 schema._stamp(database, target)
+        schema.move_old_runs(database)
     return database
+
+
+def insert_runs(database, rows: list) -> None:
+    """Store old_run rows in shadow_runs as the database's version keeps them."""
+    if "events" in {c.name for c in database.get_columns("shadow_runs")}:
+        RunV1.insert_many(rows).execute()
+        return
+    slim = [schema._slim(tuple(r[c] for c in schema.MOVE_COLUMNS)) for r in rows]
+    ShadowRun.insert_many([dict(zip(schema.MOVED, r, strict=True)) for r in slim]).execute()
+
+
+def logical_runs(database) -> list:
+    """Every Run of a database of any version, as its full logical row, by request id."""
+    with database.connection_context():
+        if "events" in {c.name for c in database.get_columns("shadow_runs")}:
+            rows = list(RunV1.select().dicts())  # version 1 or before: every field stored
+        else:
+            rows = [logical_row(r) for r in ShadowRun.select().dicts()]
+    return sorted(rows, key=lambda r: r["idempotency_key"])
 
 
 def old_key(seconds: int, n: int) -> str:
@@ -93,7 +114,7 @@ def old_key(seconds: int, n: int) -> str:
 
 
 def old_run(cron_id: int, seconds: int, n: int, state: str, **columns) -> dict:
-    """A stored Run as the writer of an older release left it (the cron must exist)."""
+    """A stored Run as the writer of version 1 or before left it (the cron must exist)."""
     key = old_key(seconds, n)
     exited = state == "exited"
     row = dict(project_id="default", idempotency_key=key, id=run_id(key, seconds),
@@ -104,7 +125,7 @@ def old_run(cron_id: int, seconds: int, n: int, state: str, **columns) -> dict:
                triggered_by="legacy:system-crond", execution_owner="legacy",
                accepted_at=seconds, state=state, pid=100 + n, log_path=f"{n}.log",
                started_at=seconds, finished_at=seconds + 5 if exited else None,
-               exit_code=0 if exited else None, recorded_at=seconds + 5,
+               exit_code=0 if exited else None, recorded_at=seconds + 5 if exited else seconds,
                events=f"accepted@{seconds} spawned@{seconds} running@{seconds}"
                       + (f" exited@{seconds + 5}" if exited else ""))
     row.update(columns)

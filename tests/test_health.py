@@ -131,7 +131,8 @@ def test_health_reports_the_last_write_and_the_storage(client):
     data = client.get("/health").get_json()["data"]
 
     assert data["last_write"] == {"ok": True, "cause": None, "since": None, "failures": 0}
-    assert set(data["storage"]) == {"db_bytes", "wal_bytes", "free_bytes", "synchronous"}
+    assert set(data["storage"]) == {"db_bytes", "wal_bytes", "free_bytes", "synchronous",
+                                    "used_bytes", "budget_bytes", "log_bytes"}
     assert data["storage"]["free_bytes"] > 0
     # The SQLite level a power cut depends on; PostgreSQL has none of ours.
     assert data["storage"]["synchronous"] == ("full" if data["storage"]["db_bytes"] else None)

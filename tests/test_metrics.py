@@ -416,3 +416,14 @@ def test_the_alert_rules_fire_on_the_series_they_name(tmp_path):
     result = subprocess.run([promtool(), "test", "rules", str(tests)], capture_output=True,
                             text=True, timeout=60)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_storage_gauges_show_the_use_against_the_budget(scrape, settings, backend):
+    samples = scrape()
+    budget = samples.get(("qlshadow_storage_budget_bytes", frozenset()))
+    used = samples.get(("qlshadow_storage_used_bytes", frozenset()))
+    if backend == "postgres":  # the budget counts the SQLite files of the data dir only
+        assert (budget, used) == (None, None)
+        return
+    assert budget == settings.storage_budget == 6 * 1024 * 1024
+    assert 0 < used < budget

@@ -115,7 +115,8 @@ def test_two_daemons_firing_the_same_minute_show_only_in_double(client, auth, wi
     assert double["at"] == times[7] and len(double["run_ids"]) == 2
     with db.connected():
         from qlshadow.models import ShadowRun
-        stored = ShadowRun.get(ShadowRun.idempotency_key == second).id
+        from qlshadow.shadow.ids import request_uuid, uuid_text
+        stored = uuid_text(ShadowRun.get(ShadowRun.request_uuid == request_uuid(second)).id)
     assert stored in double["run_ids"]
     assert report["verdict"] == "fail"
 

@@ -52,7 +52,7 @@ def execution(cron_id: int, n: int, started: int, finished: int | None) -> None:
 def runs() -> dict:
     """{execution number: state} of every stored Run."""
     with db.connected():
-        return {int(r.idempotency_key.rsplit(":", 1)[1][:8], 16): r.state
+        return {int.from_bytes(bytes(r.request_uuid)[:4], "big"): r.state
                 for r in ShadowRun.select()}
 
 
@@ -188,6 +188,66 @@ def test_steady_callbacks_hold_each_cron_near_its_cap(settings, make_cron):
     assert max(kept) == 399
 
 
+def use(settings) -> int:
+    """Bytes counted against the storage budget now."""
+    with db.connected():
+        return retention.storage_use(retention.policy_of(settings))["used_bytes"]
+
+
+def test_prune_gets_within_the_storage_budget_by_the_oldest_finished_rows(
+        settings, make_cron, backend):
+    cron = make_cron()["id"]
+    limits_off = {"retention_days": 0, "retention_rows_per_cron": 0}
+    execution(cron, 0, NOW - 9000, None)  # the oldest, still running: never over budget
+    for n in range(1, 400):
+        execution(cron, n, NOW - 9000 + 10 * n, NOW - 9000 + 10 * n + 5)
+    prune(settings, storage_budget=0, **limits_off)  # a checkpoint: the WAL is empty
+    full = use(settings)
+    budget = full * 6 // 10
+
+    done = prune(settings, storage_budget=budget, **limits_off)
+
+    kept = runs()
+    if backend == "postgres":  # the budget counts the SQLite files of the data dir only
+        assert (done["over_budget"], len(kept)) == (0, 400)
+        return
+    assert done["over_budget"] > 0 and use(settings) <= budget
+    assert kept[0] == "running"
+    gone = set(range(400)) - kept.keys()
+    assert gone and max(gone) < min(kept.keys() - {0})  # the oldest went, and only they
+    assert set(instances()) == set(kept)  # instances went the same way, oldest first
+
+
+def test_the_write_path_deletes_a_batch_of_the_oldest_finished_rows_while_over_budget(
+        settings, make_cron, backend):
+    from dataclasses import replace
+    cron = make_cron()["id"]
+    for n in range(200):
+        execution(cron, n, NOW - 9000 + 10 * n, NOW - 9000 + 10 * n + 5)
+    policy = retention.policy_of(replace(settings, retention_days=0, retention_rows_per_cron=0,
+                                         storage_budget=1))  # always over
+    pruner = retention.Pruner(policy)
+    for _ in range(1, retention.PRUNE_EVERY):
+        pruner.on_write(NOW)
+    with db.connected(), db.write_transaction():
+        deleted = pruner.on_write(NOW)
+
+    if backend == "postgres":
+        assert (policy.budget, deleted, len(runs())) == (0, 0, 200)
+        return
+    assert deleted == 2 * retention.WRITE_BATCH
+    assert sorted(runs()) == list(range(retention.WRITE_BATCH, 200))
+
+
+def test_health_shows_the_use_against_the_budget(client, settings, backend):
+    storage = client.get("/health").get_json()["data"]["storage"]
+    if backend == "postgres":  # no budget: it counts the SQLite files of the data dir
+        assert (storage["budget_bytes"], storage["used_bytes"]) == (None, None)
+        return
+    assert storage["budget_bytes"] == settings.storage_budget == 6 * 1024 * 1024
+    assert 0 < storage["used_bytes"] < storage["budget_bytes"]
+
+
 def test_prune_deletes_expired_tokens_and_keeps_the_system_token(settings):
     with db.connected(), db.write_transaction():
         token = system_token(settings.token_file, now=NOW)
@@ -226,7 +286,7 @@ def test_the_prune_command_prints_what_it_deleted(settings, make_cron, backend):
     done = json.loads(result.stdout)
     reserve = {"reserve_released": False, "reserve": "in place"} if backend == "sqlite" else {}
     assert done == {"runs": 1, "instances": 1, "tokens": 0, "log_files": 0, "log_bytes": 0,
-                    **reserve}
+                    "over_budget": 0, **reserve}
     assert runs() == {}
 
 

@@ -17,9 +17,8 @@ from qlshadow.models import App, Cron, RunningInstance, ShadowFailure, ShadowRun
 from qlshadow.shadow import reader
 from qlshadow.shadow.writer import observe
 from conftest import ROOT, cli_env, run_cli
-from old_schema import (RequestKeyedRun, database_at, old_key, old_run, old_select,
-                        release_before_versions,
-                        request_keyed_database)
+from old_schema import (RequestKeyedRun, database_at, insert_runs, logical_runs, old_key, old_run,
+                        old_select, release_before_versions, request_keyed_database)
 
 OLD_MODELS = (Cron, RunningInstance, App, Token)
 
@@ -145,8 +144,7 @@ def test_start_up_adds_the_read_indexes_to_an_existing_database_and_keeps_its_ro
 
 
 def run_rows(database) -> list:
-    with database.connection_context():
-        return sorted(ShadowRun.select().dicts(), key=lambda r: r["idempotency_key"])
+    return logical_runs(database)
 
 
 @pytest.fixture
@@ -277,8 +275,8 @@ def fill_every_table(database) -> dict:
         app_id = App.insert(name="legacy-client", client_id="c1", client_secret_hash="0" * 64,
                             scopes="crons", created_at=5).execute()
         Token.insert(token_hash="1" * 64, app=app_id, expiration=2**40).execute()
-        ShadowRun.insert_many([old_run(cron, 1764460800, 1, "exited"),
-                               old_run(cron, 1764460860, 2, "running")]).execute()
+        insert_runs(database, [old_run(cron, 1764460800, 1, "exited"),
+                               old_run(cron, 1764460860, 2, "running")])
         ShadowFailure.insert(at=1764460900, reason="drift", cron_id=cron, detail="x").execute()
     return every_row(database)
 
@@ -286,8 +284,10 @@ def fill_every_table(database) -> dict:
 def every_row(database) -> dict:
     with database.connection_context():
         # The columns every version has: a step's new column is checked by the catalog.
-        return {m._meta.table_name: sorted(old_select(m).tuples()) for m in
-                (Cron, RunningInstance, App, Token, ShadowRun, ShadowFailure)}
+        rows = {m._meta.table_name: sorted(old_select(m).tuples()) for m in
+                (Cron, RunningInstance, App, Token, ShadowFailure)}
+    rows["shadow_runs"] = logical_runs(database)
+    return rows
 
 
 @pytest.mark.parametrize("version", range(schema.LATEST))

@@ -7,11 +7,13 @@ unique key, not a lock in one process, must leave exactly one Run per execution.
 from __future__ import annotations
 
 import threading
+from operator import itemgetter
 
 import pytest
 
 from qlshadow import db
 from qlshadow.models import ShadowRun
+from qlshadow.shadow.reader import logical_row
 from conftest import SHADOW_ON, http
 
 THREADS = 16
@@ -59,7 +61,8 @@ def stored_runs(make_settings):
     def read() -> list:
         db.bind(database)
         with database.connection_context():
-            return list(ShadowRun.select().order_by(ShadowRun.idempotency_key).dicts())
+            return sorted(map(logical_row, ShadowRun.select().dicts()),
+                          key=itemgetter("idempotency_key"))
 
     yield read
     database.close()

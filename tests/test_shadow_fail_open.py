@@ -9,6 +9,7 @@ import pytest
 
 from qlshadow import db
 from qlshadow.models import ShadowFailure, ShadowRun
+from qlshadow.shadow.reader import logical_row
 from conftest import SHADOW_ON, STATUS_PATH, legacy_rows, play
 
 EXECUTION_ID = "legacy-system:1764460800:3f2b8c1e-9d4a-4e6b-8f1a-2c3d4e5f6a7b"
@@ -71,7 +72,8 @@ def test_a_failing_state_change_keeps_the_run_as_it_was(client, auth, legacy_twi
     twin_answers, twin_legacy = legacy_twin([CRON, callback(0), callback(1)])
     assert answers == twin_answers[1:]
     assert legacy_rows() == twin_legacy
-    assert [(r["state"], r["events"].count("@")) for r in ShadowRun.select().dicts()] == [
+    assert [(r["state"], logical_row(r)["events"].count("@"))
+            for r in ShadowRun.select().dicts()] == [
         ("running", 3)]
     assert [f["reason"] for f in failure_rows()] == ["writer_error"]
 

@@ -6,11 +6,13 @@ callback answer is byte-identical to a Shadow-off app's answer to the same reque
 from __future__ import annotations
 
 import logging
+from operator import itemgetter
 
 import pytest
 
 from qlshadow import db
 from qlshadow.models import ShadowFailure, ShadowRun
+from qlshadow.shadow.reader import logical_row
 from conftest import SHADOW_ON, STATUS_PATH, legacy_rows, play
 
 
@@ -59,7 +61,7 @@ def shadow_view(client, auth) -> tuple:
     listing = client.get("/open/runs", headers=auth).get_json()["data"]
     for run in listing:  # the single-run endpoint shows the same Run
         assert client.get(f"/open/runs/{run['id']}", headers=auth).get_json()["data"] == run
-    raw = list(ShadowRun.select().order_by(ShadowRun.idempotency_key).dicts())
+    raw = sorted(map(logical_row, ShadowRun.select().dicts()), key=itemgetter("idempotency_key"))
     failures = list(ShadowFailure.select().order_by(ShadowFailure.id).dicts())
     return listing, raw, failures
 

@@ -14,6 +14,7 @@ from hypothesis.stateful import (RuleBasedStateMachine, initialize, invariant, p
 
 from qlshadow import db
 from qlshadow.models import Cron, RunningInstance, ShadowFailure, ShadowRun
+from qlshadow.shadow.reader import logical_row
 from conftest import SHADOW_ON, STATUS_PATH
 
 EXECUTIONS = [f"legacy-system:{1764460800 + 60 * n}:{n:08x}-9d4a-4e6b-8f1a-2c3d4e5f6a7b"
@@ -119,7 +120,8 @@ def machine_for(client, auth):
         @invariant()
         def database_matches_the_model(self):
             db.ensure_connection()
-            stored = {r["idempotency_key"]: r for r in ShadowRun.select().dicts()}
+            stored = {r["idempotency_key"]: r
+                      for r in map(logical_row, ShadowRun.select().dicts())}
             assert {e: (r["cron_id"], r["state"], [i.split("@")[0] for i in r["events"].split()],
                         r["exit_code"]) for e, r in stored.items()} == {
                 e: (r["cron"], r["state"], r["events"], r["exit_code"])

@@ -11,7 +11,6 @@ import pytest
 from qlshadow import db
 
 SHADOW_ON = {"QL3_SHADOW_ORIGINS": "scheduled_system"}
-FRAME = 4096 + 24  # one WAL frame of a 4 KiB page
 
 
 @pytest.mark.parametrize("backend", ["sqlite"])
@@ -31,10 +30,13 @@ def test_the_wal_stays_bounded_and_is_reused_in_place_across_checkpoints(client,
                 assert answer.status_code == 200
                 sizes.append(os.path.getsize(wal))
 
-    cycle = db.WAL_CHECKPOINT_PAGES * FRAME + 32
+    with db.connected():
+        conn = db.database.obj.connection()
+        frame = conn.execute("PRAGMA page_size").fetchone()[0] + 24  # one WAL frame
+        cycle = db.wal_checkpoint_pages(conn) * frame + 32
     # Checkpoints ran: the WAL started over instead of growing with every callback.
     assert max(sizes) < 2 * cycle
-    assert len(sizes) * 3 * FRAME > 4 * cycle  # the callbacks wrote several WALs' worth
+    assert len(sizes) * 3 * frame > 4 * cycle  # the callbacks wrote several WALs' worth
     # Bounded: at most the checkpoint point plus one transaction, within the truncation size.
     assert max(sizes) <= db.WAL_LIMIT_BYTES
     # Reused in place: once grown to a cycle's size the file is never cut and grown again

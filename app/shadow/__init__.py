@@ -3,3 +3,7 @@ and the read side (no Flask)."""
 
 # A Run's states, in the order a Run moves through them (docs/CONTRACT.md §4.3).
 RUN_STATES = ("accepted", "spawned", "running", "exited")
+# Where a Run came from, stored as its position here; each with its fixed trigger fields
+# (trigger_type, triggered_by, execution_owner). Append only: positions are stored.
+ORIGINS = ("scheduled_system",)
+TRIGGERS = {"scheduled_system": ("scheduled_system", "legacy:system-crond", "legacy")}

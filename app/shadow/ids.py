@@ -92,3 +92,29 @@ def revision_doc(name: str, command: str, schedule: str, **optional) -> dict:
     doc.update(optional, name=name, command=command, schedule=schedule)
     doc["allow_multiple_instances"] = 1 if doc["allow_multiple_instances"] else 0
     return doc
+
+
+# --- stored forms (models.ShadowRun keeps ids and hashes as bytes) ---------------------------
+
+REQUEST_PREFIX = "legacy-system:"
+
+
+def uuid_bytes(text: str) -> bytes:
+    """The 16 bytes of a UUID written as lowercase text (byte order is text order)."""
+    return bytes.fromhex(text.replace("-", ""))
+
+
+def uuid_text(raw: bytes) -> str:
+    """The lowercase text of a UUID's 16 stored bytes."""
+    h = bytes(raw).hex()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
+def request_uuid(execution_id: str) -> bytes:
+    """The UUID part of a valid execution id, as stored."""
+    return uuid_bytes(execution_id.rsplit(":", 1)[1])
+
+
+def request_id_of(seconds: int, raw_uuid: bytes) -> str:
+    """The execution id a stored Run was accepted with (parse_execution_id's inverse)."""
+    return f"{REQUEST_PREFIX}{seconds}:{uuid_text(raw_uuid)}"

@@ -6,13 +6,50 @@ import re
 from peewee import Tuple
 
 from ..models import ShadowFailure, ShadowRun
-from .ids import seconds_of_run_id
+from . import ORIGINS, TRIGGERS
+from .ids import (MAX_SECONDS, PROJECT_ID, attempt_id, request_id_of, seconds_of_run_id,
+                  uuid_bytes, uuid_text)
 
 UUID_TEXT = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
 
+def logical_row(stored: dict) -> dict:
+    """The full Run of one stored (slim) row: every column older releases stored.
+
+    Each derived value is a function of stored ones (models.ShadowRun says which), so the
+    published Run is the same as when every field was stored.
+    """
+    seconds = stored["accepted_at"]
+    request_id = request_id_of(seconds, stored["request_uuid"])
+    origin = ORIGINS[stored["origin"]]
+    trigger_type, triggered_by, owner = TRIGGERS[origin]
+    created = stored["created_at"]
+    events = f"accepted@{created} spawned@{created}"
+    if stored["created_running"]:
+        events += f" running@{created}"
+    exited = stored["state"] == "exited"
+    if exited:
+        events += f" exited@{stored['finished_at']}"
+    return {
+        "project_id": PROJECT_ID, "idempotency_key": request_id,
+        "id": uuid_text(stored["id"]),
+        # No writer stores seconds past MAX_SECONDS; a row edited so has no Attempt id.
+        "attempt_id": attempt_id(request_id, seconds) if 0 <= seconds <= MAX_SECONDS else None,
+        "request_id": request_id, "task_identity": f"legacy-cron:{stored['cron_id']}",
+        "cron_id": stored["cron_id"], "task_revision": bytes(stored["task_revision"]).hex(),
+        "origin": origin, "trigger_type": trigger_type, "triggered_by": triggered_by,
+        "execution_owner": owner, "accepted_at": seconds, "state": stored["state"],
+        "pid": stored["pid"], "log_path": stored["log_path"],
+        "started_at": stored["started_at"], "finished_at": stored["finished_at"],
+        "exit_code": stored["exit_code"], "events": events,
+        # A Run changes twice at most: when made, and when it exits (then finished_at).
+        "recorded_at": stored["finished_at"] if exited else created,
+    }
+
+
 def to_json(row: dict) -> dict:
     """The logical Run, Attempt and Events of one stored row."""
+    row = logical_row(row)
     events = []
     for seq, item in enumerate(row["events"].split(), 1):
         kind, _, at = item.partition("@")
@@ -62,7 +99,8 @@ def list_runs(cron_id: int | None, state: str | None, limit: int, before: str | 
         # Any UUID works as a cursor: a Run sorts before it exactly when its accepted
         # seconds are below the cursor's whole seconds, or equal with a smaller id.
         seconds = int(before[:8] + before[9:13], 16) // 1000
-        query = query.where(Tuple(ShadowRun.accepted_at, ShadowRun.id) < Tuple(seconds, before))
+        query = query.where(Tuple(ShadowRun.accepted_at, ShadowRun.id)
+                             < Tuple(seconds, uuid_bytes(before)))
     query = query.order_by(ShadowRun.accepted_at.desc(), ShadowRun.id.desc()).limit(limit)
     return [to_json(r) for r in query.dicts()]
 
@@ -72,7 +110,8 @@ def get_run(run_id: str) -> dict | None:
     seconds = seconds_of_run_id(run_id)
     if seconds is None:
         return None
-    row = (ShadowRun.select().where(ShadowRun.accepted_at == seconds, ShadowRun.id == run_id)
+    row = (ShadowRun.select()
+           .where(ShadowRun.accepted_at == seconds, ShadowRun.id == uuid_bytes(run_id))
            .dicts().get_or_none())
     return to_json(row) if row else None
 

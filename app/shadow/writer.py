@@ -17,12 +17,14 @@ from ..crons import DEFINITION_FIELDS
 from ..db import Statement, savepoint, slot
 from ..legacy import NOT_GIVEN, StatusCallback
 from ..models import ShadowFailure, ShadowRun, database, storable
-from . import RUN_STATES
-from .ids import PROJECT_ID, attempt_id, parse_execution_id, revision_doc, run_id, task_revision
+from . import ORIGINS, RUN_STATES
+from .ids import (attempt_id, parse_execution_id, request_id_of, request_uuid, revision_doc,
+                  run_id, task_revision, uuid_bytes)
 
 log = logging.getLogger("qlshadow.shadow")
 
 ORIGIN = "scheduled_system"
+ORIGIN_CODE = ORIGINS.index(ORIGIN)
 RANK = {state: rank for rank, state in enumerate(RUN_STATES)}
 # The seven fields an exact replay must match, in the order drift is reported.
 REPLAY_FIELDS = ("id", "attempt_id", "task_revision", "cron_id", "origin", "request_id",
@@ -112,31 +114,34 @@ def _admit(cb: StatusCallback, cron: dict, request_id: str, seconds: int, now: i
     started = cb.last_execution_time
     started = started if started is not NOT_GIVEN and started > 0 else seconds
 
-    # The statements' slots; expected_* are the seven replay fields (REPLAY_FIELDS).
-    values = {"project_id": PROJECT_ID, "request_id": request_id, "now": now, "pid": pid,
-              "log_path": log_path, "exit_code": exit_code,
-              "expected_id": run_id(request_id, seconds),
-              "expected_attempt_id": attempt_id(request_id, seconds),
-              "expected_task_revision": cron_revision(cron),
-              "expected_cron_id": cron["id"], "expected_origin": ORIGIN,
-              "expected_request_id": request_id, "expected_accepted_at": seconds}
+    # The statements' slots, in stored form. The seven replay fields (REPLAY_FIELDS) are
+    # checked through what is stored: the key (accepted_at, id) finds the Run, so those two
+    # match by lookup; request_uuid stands for the request id (the execution id is its
+    # prefix, accepted_at and this UUID), and the Attempt id is a function of the request
+    # id and accepted_at, so it matches exactly when they do; task_revision, cron_id and
+    # origin are compared as stored.
+    revision = cron_revision(cron)
+    values = {"now": now, "pid": pid, "log_path": log_path, "exit_code": exit_code,
+              "accepted_at": seconds, "id": uuid_bytes(run_id(request_id, seconds)),
+              "request_uuid": request_uuid(request_id),
+              "task_revision": bytes.fromhex(revision), "cron_id": cron["id"],
+              "origin": ORIGIN_CODE}
     if target == "exited":
         # The usual finish: its start made the Run, so one compare-and-set moves it to
         # exited when every replay field matches and it has not exited yet. Anything else
         # (no Run yet, drift, already exited) changes nothing here and is sorted out below.
-        values["event"] = f" exited@{now}"
         if _FINISH_RUN.execute(values).rowcount:
             return "advanced", ()
     # ON CONFLICT DO NOTHING, not INSERT OR IGNORE: only the key conflict is ignored,
     # a NOT NULL or trigger failure still raises and fails open above.
-    values.update(task_identity=f"legacy-cron:{cron['id']}", state=target, started=started,
+    values.update(state=target, started=started,
                   finished_at=now if target == "exited" else None,
-                  events=f"accepted@{now} spawned@{now} {target}@{now}")
+                  created_running=1 if target == "running" else 0)
     if _INSERT_RUN.execute(values).rowcount:
         return "created", ()
     stored = _load(values)  # it existed, or another transaction inserted it first
 
-    drift = tuple(f for f in REPLAY_FIELDS if stored[f] != values["expected_" + f])
+    drift = _drift(stored, request_id, seconds, revision, cron["id"])
     if drift:
         return "drift", drift
     if RANK[target] <= RANK[stored["state"]]:
@@ -147,55 +152,66 @@ def _admit(cb: StatusCallback, cron: dict, request_id: str, seconds: int, now: i
         "state": target, "now": now, "exit_code": exit_code,
         "pid": stored["pid"] if stored["pid"] is not None else pid,
         "log_path": stored["log_path"] if stored["log_path"] is not None else log_path,
-        "events": f"{stored['events']} {target}@{now}", "stored_state": stored["state"],
-        "expected_accepted_at": seconds, "expected_id": values["expected_id"]}).rowcount
+        "stored_state": stored["state"], "accepted_at": seconds,
+        "id": values["id"]}).rowcount
     return ("advanced" if changed else "replayed"), ()
 
 
 # The writer's statements, built from the model by Peewee once (db.Statement) and then
 # only executed: building query objects on every callback was most of its CPU time.
 # A Run is found by its key (accepted_at, id), both known from the execution id; the stored
-# request_id (its idempotency key) is then compared with the other replay fields.
+# replay fields are then compared (_admit says how each of the seven is checked).
 def _key():
-    return ((ShadowRun.accepted_at == slot("expected_accepted_at"))
-            & (ShadowRun.id == slot("expected_id")))
+    return (ShadowRun.accepted_at == slot("accepted_at")) & (ShadowRun.id == slot("id"))
 
 
-_LOAD_FIELDS = REPLAY_FIELDS + ("state", "pid", "log_path", "events")
+_MATCHED = ("request_uuid", "task_revision", "cron_id", "origin")  # stored replay fields
+_LOAD_FIELDS = _MATCHED + ("state", "pid", "log_path")
 _LOAD_RUN = Statement(lambda: ShadowRun.select(
     *(getattr(ShadowRun, f) for f in _LOAD_FIELDS)).where(_key()))
 _INSERT_RUN = Statement(lambda: ShadowRun.insert({
-    ShadowRun.project_id: slot("project_id"), ShadowRun.idempotency_key: slot("request_id"),
-    ShadowRun.task_identity: slot("task_identity"), ShadowRun.trigger_type: ORIGIN,
-    ShadowRun.triggered_by: "legacy:system-crond", ShadowRun.execution_owner: "legacy",
     ShadowRun.state: slot("state"), ShadowRun.pid: slot("pid"),
     ShadowRun.log_path: slot("log_path"), ShadowRun.started_at: slot("started"),
     ShadowRun.finished_at: slot("finished_at"), ShadowRun.exit_code: slot("exit_code"),
-    ShadowRun.events: slot("events"), ShadowRun.recorded_at: slot("now"),
-    **{getattr(ShadowRun, f): slot(f"expected_{f}") for f in REPLAY_FIELDS}})
+    ShadowRun.created_at: slot("now"), ShadowRun.created_running: slot("created_running"),
+    **{getattr(ShadowRun, f): slot(f) for f in ("accepted_at", "id") + _MATCHED}})
     .on_conflict(conflict_target=[ShadowRun.accepted_at, ShadowRun.id],
                  action="NOTHING").returning())
 _ADVANCE_RUN = Statement(lambda: ShadowRun.update({
     ShadowRun.state: slot("state"), ShadowRun.finished_at: slot("now"),
-    ShadowRun.exit_code: slot("exit_code"), ShadowRun.recorded_at: slot("now"),
-    ShadowRun.pid: slot("pid"), ShadowRun.log_path: slot("log_path"),
-    ShadowRun.events: slot("events")}).where(_key() & (ShadowRun.state == slot("stored_state"))))
+    ShadowRun.exit_code: slot("exit_code"), ShadowRun.pid: slot("pid"),
+    ShadowRun.log_path: slot("log_path")})
+    .where(_key() & (ShadowRun.state == slot("stored_state"))))
 
 
 def _finish_run():
     where = _key() & (ShadowRun.state != "exited")
-    for f in REPLAY_FIELDS:
-        if f not in ("id", "accepted_at"):  # the key, matched already
-            where &= getattr(ShadowRun, f) == slot(f"expected_{f}")
+    for f in _MATCHED:
+        where &= getattr(ShadowRun, f) == slot(f)
     return ShadowRun.update({
         ShadowRun.state: "exited", ShadowRun.finished_at: slot("now"),
-        ShadowRun.exit_code: slot("exit_code"), ShadowRun.recorded_at: slot("now"),
+        ShadowRun.exit_code: slot("exit_code"),
         ShadowRun.pid: fn.COALESCE(ShadowRun.pid, slot("pid")),
-        ShadowRun.log_path: fn.COALESCE(ShadowRun.log_path, slot("log_path")),
-        ShadowRun.events: ShadowRun.events.concat(slot("event"))}).where(where)
+        ShadowRun.log_path: fn.COALESCE(ShadowRun.log_path, slot("log_path"))}).where(where)
 
 
 _FINISH_RUN = Statement(_finish_run)
+
+
+def _drift(stored: dict, request_id: str, seconds: int, revision: str, cron_id: int) -> tuple:
+    """The replay fields (REPLAY_FIELDS order) in which a stored Run differs from a callback.
+
+    id and accepted_at matched by finding the Run under its key; the others are compared as
+    stored or, for the Attempt id, recomputed from the stored request id and accepted_at.
+    """
+    stored_request = request_id_of(seconds, stored["request_uuid"])
+    found = {"id": True,
+             "attempt_id": attempt_id(stored_request, seconds) == attempt_id(request_id, seconds),
+             "task_revision": bytes(stored["task_revision"]).hex() == revision,
+             "cron_id": stored["cron_id"] == cron_id,
+             "origin": ORIGINS[stored["origin"]] == ORIGIN,
+             "request_id": stored_request == request_id, "accepted_at": True}
+    return tuple(f for f in REPLAY_FIELDS if not found[f])
 
 
 def _load(values: dict) -> dict | None:

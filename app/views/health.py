@@ -31,6 +31,7 @@ def health():
     try:
         db.ensure_connection()
         database.execute_sql("SELECT 1").fetchone()
+        data["storage"].update(_budget(settings))
     except (DatabaseError, InterfaceError):
         db.discard_connection()
         data.update(status="error", db="unavailable")
@@ -51,3 +52,14 @@ def _unavailable(message: str, data: dict):
     response = jsonify(code=503, message=message, data=data)
     response.status_code = 503
     return response
+
+
+def _budget(settings) -> dict:
+    """Use against QL_STORAGE_BUDGET (SQLite: database pages in use, WAL, task logs)."""
+    from ..retention import policy_of, storage_use
+    policy = policy_of(settings)
+    if not policy.db_path:  # PostgreSQL: no budget, as db_bytes is null there
+        return {"used_bytes": None, "budget_bytes": None, "log_bytes": None}
+    use = storage_use(policy)
+    return {"used_bytes": use["used_bytes"], "budget_bytes": use["budget_bytes"],
+            "log_bytes": use["log_bytes"]}

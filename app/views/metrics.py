@@ -12,6 +12,7 @@ bp = Blueprint("metrics", __name__)
 @bp.route("/metrics", methods=["GET"])
 @requires_scope("metrics")
 def exposition():
-    text = metrics.render(runtime().counters, current_app.extensions["qlshadow"])
+    text = metrics.render(runtime().counters, current_app.extensions["qlshadow"],
+                          runtime().pruner.policy)
     return Response(text, content_type="text/plain; version=0.0.4; charset=utf-8",
                     headers={"Cache-Control": "no-store"})
