@@ -114,7 +114,7 @@ def cmd_token_metrics(args) -> int:
     except ValueError as exc:
         raise CliError(str(exc)) from None
     if args.revoke:
-        print(f"revoked {result} metrics token(s); scrapes using them get 401 within a minute")
+        print(f"revoked {result} metrics token(s); scrapes using them are refused within a minute")
     else:
         print(result)
     return 0

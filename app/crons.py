@@ -8,7 +8,7 @@ import json
 import time
 
 from .errors import InvalidInput, NotFound
-from .models import Cron, RunningInstance, storable
+from .models import DEFINITION_FIELDS, REQUIRED_FIELDS, Cron, RunningInstance, storable
 from .parse import INT64_MAX, parse_ids, to_int
 from .schedule import check_schedule
 
@@ -60,17 +60,11 @@ def _flag(value, key: str) -> int:
     raise InvalidInput(f"'{key}' must be 0 or 1.")
 
 
-# A cron's definition: every field its user sets, with the check that turns a request
-# value into the stored one. The task revision covers exactly these fields
-# (docs/CONTRACT.md §4.4), and the callback reads them back with its update (legacy.py).
-_CHECKS = {
-    "name": _required_text, "command": _required_text, "schedule": _schedule,
-    "extra_schedules": _extra_schedules, "task_before": _optional_text,
-    "task_after": _optional_text, "work_dir": _optional_text, "log_name": _optional_text,
-    "allow_multiple_instances": _flag,
-}
-DEFINITION_FIELDS = tuple(_CHECKS)
-REQUIRED_FIELDS = ("name", "command", "schedule")
+# The check that turns a request value of each definition field (models.DEFINITION_FIELDS)
+# into the stored one.
+_CHECKS = dict(zip(DEFINITION_FIELDS, (
+    _required_text, _required_text, _schedule, _extra_schedules, _optional_text,
+    _optional_text, _optional_text, _optional_text, _flag), strict=True))
 GRACE_MAX = 7 * 86400  # a weekly job may be allowed a day late; more is never a grace
 
 

@@ -12,6 +12,7 @@ import itertools
 import time
 
 from .models import Cron, database
+from .timefmt import local_text
 
 # Every state, the problems first. evaluate() takes the first that holds in the order
 # paused, stuck, missed, failed, late, running, new, ok (docs/CONTRACT.md §12).
@@ -32,7 +33,8 @@ STUCK_DEFAULT = 3600  # before that, an hour (and never less than the grace)
 _MINUTE = 60
 _DAY = 86400
 # Windows searched for the firings around now: most schedules fire within the first.
-_WINDOWS = (2 * 3600, 2 * _DAY, 32 * _DAY, 400 * _DAY)
+_YEAR = 366 * _DAY
+_WINDOWS = (2 * 3600, 2 * _DAY, 32 * _DAY, _YEAR + 32 * _DAY)
 
 
 class Execution:
@@ -91,7 +93,7 @@ def stuck_limit(executions: list, grace: int) -> tuple:
 
 
 def _when(t: int) -> str:
-    return time.strftime("%Y-%m-%d %H:%M %Z", time.localtime(t))
+    return local_text(t, with_seconds=False)  # any stored time, 32-bit time_t included
 
 
 def evaluate(cron: dict, executions: list, firings: Firings, now: int,
@@ -240,15 +242,15 @@ _RUN_ROWS = ('SELECT "cron_id", "accepted_at", "finished_at", "exit_code", "stat
 _INSTANCE_SUCCESS = ('SELECT * FROM (SELECT "cron_id", "finished_at" FROM "running_instances" '
                      'WHERE "cron_id" = {id} AND "exit_code" = 0 AND "finished_at" IS NOT NULL '
                      'ORDER BY "id" DESC LIMIT 1) AS "s{id}"')
-_CHUNK = 200  # branches per statement (SQLite allows 500 terms in a compound SELECT)
+_CHUNK_MAX = 200  # branches per statement (SQLite allows 500 terms in a compound SELECT)
 
 
 def _union(template: str, keys: list, n: int = RECENT):
     """Rows of template for each key (a cron id, or a (cron id, instant) pair)."""
-    for lo in range(0, len(keys), _CHUNK):
+    for lo in range(0, len(keys), _CHUNK_MAX):
         sql = " UNION ALL ".join(
             template.format(id=int(k), n=n) if not isinstance(k, tuple)
-            else template.format(id=int(k[0]), at=int(k[1])) for k in keys[lo:lo + _CHUNK])
+            else template.format(id=int(k[0]), at=int(k[1])) for k in keys[lo:lo + _CHUNK_MAX])
         yield from database.obj.execute_sql(sql)
 
 

@@ -10,10 +10,9 @@ from dataclasses import dataclass
 
 from peewee import SQL, Case, fn
 
-from .crons import DEFINITION_FIELDS
 from .db import Statement, slot
 from .errors import InvalidInput
-from .models import (CRON_IDLE, CRON_RUNNING, INSTANCE_ERROR, INSTANCE_FINISHED,
+from .models import (CRON_IDLE, CRON_RUNNING, DEFINITION_FIELDS, INSTANCE_ERROR, INSTANCE_FINISHED,
                      INSTANCE_RUNNING, Cron, RunningInstance, storable)
 from .parse import INT32_MAX, INT32_MIN, INT64_MAX, TIME_MAX, parse_ids, to_int
 

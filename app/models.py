@@ -51,6 +51,14 @@ class NeverReusedAutoField(AutoField):
         return node
 
 
+# A cron's definition: every field its user sets (crons.py checks each). The task revision
+# covers exactly these fields (docs/CONTRACT.md §4.4), and the callback reads them back
+# with its update (legacy.py). Here, below every module that needs the list.
+DEFINITION_FIELDS = ("name", "command", "schedule", "extra_schedules", "task_before",
+                     "task_after", "work_dir", "log_name", "allow_multiple_instances")
+REQUIRED_FIELDS = ("name", "command", "schedule")
+
+
 class Cron(BaseModel):
     id = NeverReusedAutoField()
     name = TextField()

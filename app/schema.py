@@ -137,7 +137,7 @@ def _rekey_runs(db: Database) -> str:
 
 
 OLD_RUNS_TABLE = "shadow_runs_v1"
-MOVE_BATCH = 200  # Runs moved per transaction: a bounded WAL and a bounded loss on a full disk
+MOVE_BATCH_MAX = 200  # Runs moved per transaction: a bounded WAL and a bounded loss on a full disk
 
 
 def _step_slim_runs(db: Database) -> str:
@@ -190,7 +190,7 @@ MOVED = ("accepted_at", "id", "request_uuid", "cron_id", "task_revision", "origi
          "created_running")
 
 
-def move_old_runs(db: Database, batch: int = MOVE_BATCH) -> int:
+def move_old_runs(db: Database, batch: int = MOVE_BATCH_MAX) -> int:
     """Move the Runs of a version-1 table into the slim one, newest first, in batches.
 
     Each batch is one transaction that inserts the slim rows and deletes the old ones, so

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 from dataclasses import dataclass
+
+from .timefmt import local_text, utc_text
 
 NONE = "-"  # a cell with no value
 
@@ -95,12 +96,7 @@ def when(seconds: int | None, utc: bool = False) -> str:
     """Epoch seconds as '2026-11-30 04:00:03 CST': the box's local time, or UTC, zone named."""
     if seconds is None:
         return NONE
-    try:
-        moment = time.gmtime(seconds) if utc else time.localtime(seconds)
-    except (OverflowError, OSError, ValueError):  # beyond what this platform's time_t holds
-        return str(seconds)
-    zone = "UTC" if utc else time.strftime("%Z", moment)
-    return time.strftime("%Y-%m-%d %H:%M:%S ", moment) + zone
+    return utc_text(seconds) if utc else local_text(seconds)  # any time_t, 32-bit included
 
 
 def duration(seconds: int | None) -> str:

@@ -683,7 +683,9 @@ def seed_database(python: str, env: dict, crons: int, runs: int, old: int) -> li
 
 def slow_env(install_seconds: float) -> dict:
     """What a server needs for the slow work: crontab installs that take install_seconds."""
+    # The install command reads no crontab: QL_CRONTAB_LIST empty (the block is all it has).
     return {"QL_SCHEDULER": "system", "QL_CRONTAB_INSTALL": f"sleep {install_seconds:g}",
+            "QL_CRONTAB_LIST": "",
             # Nothing in the window is pruned: the gate keeps its Runs; the old ones go.
             "QL_RETENTION_ROWS_PER_CRON": "0"}
 

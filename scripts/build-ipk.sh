@@ -106,6 +106,12 @@ for name in ("peewee", "waitress", "cronsim"):
     if not licences:
         sys.exit(f"no licence file found for {name}")
     shutil.copyfile(dist.locate_file(licences[0]), os.path.join(target, f"LICENSE.{name}"))
+    # Its metadata too, so importlib.metadata finds the bundled version (serve checks
+    # waitress's against the range its callback lane was tested with).
+    info = os.path.join(target, f"{name}-{dist.version}.dist-info")
+    os.makedirs(info, exist_ok=True)
+    with open(os.path.join(info, "METADATA"), "w", encoding="utf-8") as fh:
+        fh.write(dist.read_text("METADATA") or f"Name: {name}\nVersion: {dist.version}\n")
 with open(os.path.join(target, "VERSIONS"), "w") as fh:
     fh.writelines(versions)
 PY

@@ -255,7 +255,7 @@ def test_a_bad_grace_is_a_400_naming_it_and_writes_nothing(client, auth, make_cr
 
 
 def test_grace_is_not_part_of_the_task_revision(client, auth, make_cron):
-    from qlshadow.crons import DEFINITION_FIELDS
+    from qlshadow.models import DEFINITION_FIELDS
     from qlshadow.shadow.writer import cron_revision
     assert "grace" not in DEFINITION_FIELDS
     cron = make_cron()

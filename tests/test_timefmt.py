@@ -156,18 +156,21 @@ def test_the_gate_and_metrics_answer_with_stored_times_past_local_time(client, a
     assert f"}} {INT64_MAX}" in scrape.get_data(as_text=True)
 
 
-# The API takes times up to 281474976710; datetime (and cronsim) end with the year 9999.
+# Far past the API's time range (parse.TIME_MAX) and past what datetime and cronsim reach
+# (the year 9999): one 400 naming until, never a 500.
 @pytest.mark.parametrize("until", [timefmt.LOCAL_CAP + 1, 253402300000, 281474976710])
 def test_a_gate_window_past_local_time_is_a_400_naming_until(client, auth, until):
     response = client.get(f"/open/reconcile?since={until - 86400}&until={until}", headers=auth)
 
     assert response.status_code == 400
-    assert "'until' must be at most" in response.get_json()["message"]
+    assert response.get_json()["message"].startswith("'until' must be")
 
 
 def test_the_gate_reaches_up_to_the_limit_it_names(client, auth, make_cron):
+    from qlshadow.parse import TIME_MAX
     make_cron()
-    limit = timefmt.local_limit() - 2 * 86400
+    # The API's time range, or the host's last local second (less two days) when sooner.
+    limit = min(timefmt.local_limit() - 2 * 86400, TIME_MAX)
 
     response = client.get(f"/open/reconcile?since={limit - 86400}&until={limit}", headers=auth)
 
@@ -183,7 +186,8 @@ def test_the_cli_gate_past_local_time_exits_2_naming_until(settings, client, aut
                    "--until", str(HUGE), check=False)
 
     assert done.returncode == 2
-    assert "'until' must be at most" in done.stderr and "Traceback" not in done.stderr
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+    assert "'4611686018427301504' is not a time" in done.stderr
 
 
 def test_the_next_firing_a_reason_names_stops_at_the_hosts_last_local_second():

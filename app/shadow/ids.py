@@ -5,7 +5,7 @@ import hashlib
 import json
 import re
 
-from ..crons import DEFINITION_FIELDS, REQUIRED_FIELDS
+from ..models import DEFINITION_FIELDS, REQUIRED_FIELDS
 from ..parse import TIME_MAX
 
 # An id beyond the API's time range is invalid: an accept failure, never a refused callback.
@@ -82,7 +82,7 @@ def task_revision(doc: dict) -> str:
 def revision_doc(name: str, command: str, schedule: str, **optional) -> dict:
     """The cron definition a task revision covers, normalised as docs/CONTRACT.md says.
 
-    optional holds the other definition fields (crons.DEFINITION_FIELDS, extra_schedules
+    optional holds the other definition fields (models.DEFINITION_FIELDS, extra_schedules
     as a list); a field not given is unset: null, and allow_multiple_instances 0.
     """
     unknown = optional.keys() - _OPTIONAL_FIELDS

@@ -13,10 +13,9 @@ from operator import itemgetter
 
 from peewee import fn
 
-from ..crons import DEFINITION_FIELDS
 from ..db import Statement, savepoint, slot
 from ..legacy import NOT_GIVEN, StatusCallback
-from ..models import ShadowFailure, ShadowRun, database, storable
+from ..models import DEFINITION_FIELDS, ShadowFailure, ShadowRun, database, storable
 from . import ORIGINS, RUN_STATES
 from .ids import (attempt_id, parse_execution_id, request_id_of, request_uuid, revision_doc,
                   run_id, task_revision, uuid_bytes)
