@@ -623,18 +623,15 @@ def summarize(callbacks: int, seconds: float, latencies: list, errors: list) -> 
 # of 50,000 under the product's own models, ids and schema.
 SEED_SOURCE = r"""
 import itertools, sys, time
-from qlshadow import config, db
+from qlshadow import config, db, schema
 from qlshadow.models import Cron
-from qlshadow.shadow.ids import attempt_id, revision_doc, run_id, task_revision
+from qlshadow.shadow.ids import revision_doc, run_id, task_revision
 crons, runs, old = map(int, sys.argv[1:4])
 database, _ = db.open_database(config.load())
 now = int(time.time())
-columns = ("project_id", "idempotency_key", "id", "attempt_id", "request_id", "task_identity",
-           "cron_id", "task_revision", "origin", "trigger_type", "triggered_by",
-           "execution_owner", "accepted_at", "state", "pid", "log_path", "started_at",
-           "finished_at", "exit_code", "events", "recorded_at")
-insert = db.prebuilt('INSERT INTO "shadow_runs" (' + ", ".join(f'"{c}"' for c in columns)
-                     + ") VALUES (" + ", ".join("?" * len(columns)) + ")")
+# Each Run as the writer stores it: its logical fields (schema.MOVE_COLUMNS) made slim.
+insert = db.prebuilt('INSERT INTO "shadow_runs" (' + ", ".join(f'"{c}"' for c in schema.MOVED)
+                     + ") VALUES (" + ", ".join("?" * len(schema.MOVED)) + ")")
 made = now - 60 * 86400
 with database.connection_context():
     with database.atomic():
@@ -643,8 +640,7 @@ with database.connection_context():
             name, command = f"slow {n}", f"task slow_{n}.sh"
             cron_ids.append((Cron.insert(name=name, command=command, schedule="* * * * *",
                                          created_at=made, updated_at=made).execute(),
-                             task_revision(revision_doc(name, command, "* * * * *", None, None,
-                                                        None, None, None, 0))))
+                             task_revision(revision_doc(name, command, "* * * * *"))))
 
     def plan(count, end):
         for minute in itertools.count(1):
@@ -653,12 +649,11 @@ with database.connection_context():
                 if count == 0:
                     return
                 count -= 1
-                eid = f"legacy-system:{at}:{cron_id}-{minute}"
-                yield ("default", eid, run_id(eid, at), attempt_id(eid, at), eid,
-                       f"legacy-cron:{cron_id}", cron_id, revision, "scheduled_system",
-                       "scheduled_system", "legacy:system-crond", "legacy", at, "exited",
-                       1000 + cron_id, f"slow_{cron_id}/{at}.log", at, at + 2, 0,
-                       f"accepted@{at} spawned@{at} running@{at} exited@{at + 2}", at)
+                eid = f"legacy-system:{at}:{cron_id:08x}-0000-4000-8000-{minute:012x}"
+                yield schema._slim((at, run_id(eid, at), eid, cron_id, revision,
+                                    "scheduled_system", "exited", 1000 + cron_id,
+                                    f"slow_{cron_id}/{at}.log", at, at + 2, 0,
+                                    f"accepted@{at} spawned@{at} running@{at} exited@{at + 2}"))
 
     for count, end in ((runs, now), (old, now - 40 * 86400)):
         rows = plan(count, end)
