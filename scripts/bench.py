@@ -623,15 +623,35 @@ def summarize(callbacks: int, seconds: float, latencies: list, errors: list) -> 
 # of 50,000 under the product's own models, ids and schema.
 SEED_SOURCE = r"""
 import itertools, sys, time
-from qlshadow import config, db, schema
+from qlshadow import config, db
 from qlshadow.models import Cron
-from qlshadow.shadow.ids import revision_doc, run_id, task_revision
+from qlshadow.shadow.ids import attempt_id, revision_doc, run_id, task_revision
+try:
+    from qlshadow.schema import MOVED as COLUMNS, _slim as stored
+except ImportError:  # a tree from before the slim Run (--baseline): every logical field
+    COLUMNS = ("accepted_at", "id", "request_id", "cron_id", "task_revision", "origin",
+               "state", "pid", "log_path", "started_at", "finished_at", "exit_code", "events",
+               "project_id", "idempotency_key", "attempt_id", "task_identity",
+               "trigger_type", "triggered_by", "execution_owner", "recorded_at")
+
+    def stored(row):
+        at, run, eid, cron_id = row[:4]
+        return row + ("default", eid, attempt_id(eid, at), f"legacy-cron:{cron_id}",
+                      "scheduled_system", "legacy:system-crond", "legacy", at)
 crons, runs, old = map(int, sys.argv[1:4])
 database, _ = db.open_database(config.load())
 now = int(time.time())
-# Each Run as the writer stores it: its logical fields (schema.MOVE_COLUMNS) made slim.
-insert = db.prebuilt('INSERT INTO "shadow_runs" (' + ", ".join(f'"{c}"' for c in schema.MOVED)
-                     + ") VALUES (" + ", ".join("?" * len(schema.MOVED)) + ")")
+# Each Run as the writer of this tree stores it (its logical fields, made slim where it can).
+insert = db.prebuilt('INSERT INTO "shadow_runs" (' + ", ".join(f'"{c}"' for c in COLUMNS)
+                     + ") VALUES (" + ", ".join("?" * len(COLUMNS)) + ")")
+
+
+def revision_of(name, command):
+    try:
+        return task_revision(revision_doc(name, command, "* * * * *"))
+    except TypeError:  # the older signature: every definition field in order
+        return task_revision(revision_doc(name, command, "* * * * *", None, None, None, None,
+                                          None, 0))
 made = now - 60 * 86400
 with database.connection_context():
     with database.atomic():
@@ -640,7 +660,7 @@ with database.connection_context():
             name, command = f"slow {n}", f"task slow_{n}.sh"
             cron_ids.append((Cron.insert(name=name, command=command, schedule="* * * * *",
                                          created_at=made, updated_at=made).execute(),
-                             task_revision(revision_doc(name, command, "* * * * *"))))
+                             revision_of(name, command)))
 
     def plan(count, end):
         for minute in itertools.count(1):
@@ -650,7 +670,7 @@ with database.connection_context():
                     return
                 count -= 1
                 eid = f"legacy-system:{at}:{cron_id:08x}-0000-4000-8000-{minute:012x}"
-                yield schema._slim((at, run_id(eid, at), eid, cron_id, revision,
+                yield stored((at, run_id(eid, at), eid, cron_id, revision,
                                     "scheduled_system", "exited", 1000 + cron_id,
                                     f"slow_{cron_id}/{at}.log", at, at + 2, 0,
                                     f"accepted@{at} spawned@{at} running@{at} exited@{at + 2}"))

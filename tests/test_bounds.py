@@ -8,7 +8,7 @@ import uuid
 
 import pytest
 
-from qlshadow.models import Cron, RunningInstance, ShadowFailure, ShadowRun
+from qlshadow.models import Cron, RunningInstance, ShadowFailure
 from qlshadow.parse import TIME_MAX
 from conftest import SHADOW_ON, STATUS_PATH, cli_env, run_cli, table_rows
 
@@ -60,7 +60,8 @@ def test_execution_id_seconds_past_the_range_are_an_accept_failure_not_a_refusal
                           headers=auth)
     assert (response.status_code, response.get_json()) == (200, {"code": 200})
     assert table_rows(Cron)[0]["status"] == 0  # Legacy is written either way
-    assert [r["idempotency_key"] for r in table_rows(ShadowRun, ShadowRun.id)] == ([eid] if admitted else [])
+    listed = client.get("/open/runs", headers=auth).get_json()["data"]
+    assert [r["request_id"] for r in listed] == ([eid] if admitted else [])
     assert [r["reason"] for r in table_rows(ShadowFailure)] == (
         [] if admitted else ["invalid_execution_id"])
 
