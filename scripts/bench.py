@@ -626,9 +626,13 @@ import itertools, sys, time
 from qlshadow import config, db
 from qlshadow.models import Cron
 from qlshadow.shadow.ids import attempt_id, revision_doc, run_id, task_revision
-try:
+crons, runs, old = map(int, sys.argv[1:4])
+database, _ = db.open_database(config.load())
+with database.connection_context():
+    slim = "request_uuid" in {c.name for c in database.get_columns("shadow_runs")}
+if slim:
     from qlshadow.schema import MOVED as COLUMNS, _slim as stored
-except ImportError:  # a tree from before the slim Run (--baseline): every logical field
+else:  # a tree from before the slim Run (--baseline): every logical field
     COLUMNS = ("accepted_at", "id", "request_id", "cron_id", "task_revision", "origin",
                "state", "pid", "log_path", "started_at", "finished_at", "exit_code", "events",
                "project_id", "idempotency_key", "attempt_id", "task_identity",
@@ -638,8 +642,6 @@ except ImportError:  # a tree from before the slim Run (--baseline): every logic
         at, run, eid, cron_id = row[:4]
         return row + ("default", eid, attempt_id(eid, at), f"legacy-cron:{cron_id}",
                       "scheduled_system", "legacy:system-crond", "legacy", at)
-crons, runs, old = map(int, sys.argv[1:4])
-database, _ = db.open_database(config.load())
 now = int(time.time())
 # Each Run as the writer of this tree stores it (its logical fields, made slim where it can).
 insert = db.prebuilt('INSERT INTO "shadow_runs" (' + ", ".join(f'"{c}"' for c in COLUMNS)
