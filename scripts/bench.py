@@ -703,8 +703,9 @@ def slow_env(install_seconds: float) -> dict:
     # The install command reads no crontab: QL_CRONTAB_LIST empty (the block is all it has).
     return {"QL_SCHEDULER": "system", "QL_CRONTAB_INSTALL": f"sleep {install_seconds:g}",
             "QL_CRONTAB_LIST": "",
-            # Nothing in the window is pruned: the gate keeps its Runs; the old ones go.
-            "QL_RETENTION_ROWS_PER_CRON": "0"}
+            # Nothing in the window is pruned: the gate keeps its Runs; the old ones go (by
+            # the day limit; no byte budget, which would have prune empty the window).
+            "QL_RETENTION_ROWS_PER_CRON": "0", "QL_STORAGE_BUDGET": "0"}
 
 
 def slow_work(port: int, token: str, cron_ids: list, seconds: float, python: str, env: dict,
@@ -741,7 +742,7 @@ def slow_work(port: int, token: str, cron_ids: list, seconds: float, python: str
             began = time.monotonic()
             try:
                 ok = action(n)
-            except (OSError, http.client.HTTPException) as exc:
+            except Exception as exc:  # counted as an error: a loop never dies silently
                 ok = f"{type(exc).__name__}: {exc}"
             if ok is not True:
                 errors.append(f"{kind}: {ok}")
