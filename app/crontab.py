@@ -522,6 +522,11 @@ def read_crontab(settings) -> bytes:
                        f"{_first_line(result)}; nothing was installed")
 
 
+# Debian's crontab(1) copies its file argument into a 100-byte buffer: a longer name is cut
+# and the install fails with "No such file or directory" on a name that does not exist.
+DEBIAN_NAME_MAX = 99
+
+
 def _install_bytes(settings, text: bytes) -> None:
     """Install text with QL_CRONTAB_INSTALL from a private temp file beside the block file."""
     import tempfile
@@ -537,8 +542,14 @@ def _install_bytes(settings, text: bytes) -> None:
         result = _run(settings.crontab_install, path, "QL_CRONTAB_INSTALL")
         if result.returncode != 0:
             argv = [word.replace("{file}", path) for word in shlex.split(settings.crontab_install)]
+            hint = ""
+            if len(os.fsencode(path)) > DEBIAN_NAME_MAX:
+                hint = (f" (Debian's crontab reads at most {DEBIAN_NAME_MAX} bytes of a file name and this "
+                        "one is longer: install through stdin, QL_CRONTAB_INSTALL=\"sh -c 'crontab - < "
+                        "\\\"$0\\\"' {file}\" with QL_CRONTAB_LIST=\"crontab -l\", "
+                        "or use a shorter data dir)")
             raise CrontabError(f"installing the crontab failed: {shlex.join(argv)} exited "
-                               f"{result.returncode}{_first_line(result)}")
+                               f"{result.returncode}{_first_line(result)}{hint}")
     finally:
         os.unlink(path)
 

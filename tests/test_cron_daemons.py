@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import time
@@ -82,7 +83,9 @@ class Daemon:
             with open(errors, encoding="utf-8", errors="replace") as fh:
                 pytest.fail(f"the private namespace for cron did not come up: {fh.read()}")
         self.cron = cron
-        self.install = f"{nsenter} -t {holder.pid} -m crontab {{file}}"
+        # Through stdin: Debian's crontab reads at most 99 bytes of a file name, and a test's
+        # temp path (under pytest-xdist above all) can be longer. docs/INSTALL.md says the same.
+        self.install = f"{nsenter} -t {holder.pid} -m sh -c 'exec crontab - < \"$0\"' {{file}}"
 
     def _entered(self, script: str) -> bool:
         return subprocess.run([*self.enter, "sh", "-c", script],
@@ -102,7 +105,7 @@ class Daemon:
         """Install text as the user's crontab, the way the user would (before qlshadow)."""
         path = self.tmp / "users-own.crontab"
         path.write_text(text)
-        argv = [word.replace("{file}", str(path)) for word in self.install.split()]
+        argv = [word.replace("{file}", str(path)) for word in shlex.split(self.install)]
         subprocess.run(argv, check=True, capture_output=True)
 
     def installed(self) -> str:

@@ -70,8 +70,7 @@ def target(request, tmp_path, busybox_target):
     from test_cron_daemons import Daemon
     daemon = Daemon("debian", tmp_path)
     try:
-        enter = " ".join(daemon.enter)
-        yield Target(f"{enter} crontab -l", f"{enter} crontab {{file}}")
+        yield Target(f"{' '.join(daemon.enter)} crontab -l", daemon.install)
     finally:
         daemon.stop()
 
@@ -406,3 +405,32 @@ def test_a_cli_command_run_as_another_user_than_the_server_installs_nothing(
     assert busybox_target.get() == USER_CRONTAB
     assert table_rows(Cron) == []
     assert not os.path.exists(crontab.state_file(settings))
+
+
+# --- Debian's crontab and a long file name ---------------------------------------------------
+
+@pytest.fixture
+def debian_daemon(tmp_path):
+    from test_cron_daemons import Daemon
+    daemon = Daemon("debian", tmp_path)
+    yield daemon
+    daemon.stop()
+
+
+def test_a_file_name_too_long_for_debians_crontab_is_refused_with_the_way_out(
+        app, client, auth, make_settings, debian_daemon, tmp_path):
+    long_dir = tmp_path / ("d" * 90)
+    long_dir.mkdir()
+    enter = " ".join(debian_daemon.enter)
+    by_name = Target(f"{enter} crontab -l", f"{enter} crontab {{file}}")
+    use(app, make_settings, by_name, QL_CRONTAB_FILE=str(long_dir / "crontab.list"))
+    response = client.post("/open/crons", json={"name": "job", "command": "echo hi",
+                                                "schedule": "*/5 * * * *"}, headers=auth)
+    message = response.get_json()["message"]
+    assert response.status_code == 503 and "at most 99 bytes of a file name" in message, message
+    assert by_name.get() == b""
+    # The template the message gives installs the same file through stdin.
+    through_stdin = Target(by_name.list, debian_daemon.install)
+    settings = use(app, make_settings, through_stdin, QL_CRONTAB_FILE=str(long_dir / "crontab.list"))
+    post(client, auth)
+    assert through_stdin.get() == block(settings)
