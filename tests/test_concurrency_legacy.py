@@ -81,6 +81,7 @@ def _assert_consistent(cron_ids: list, clients: int, per_client: int) -> None:
     assert all(r["last_running_time"] == 7 and r["pid"] is not None for r in crons)
 
 
+@pytest.mark.slow  # a load: 16,000 callbacks
 @pytest.mark.parametrize("backend", ["sqlite"])
 def test_16_clients_sending_1000_callbacks_each_on_sqlite_all_get_200(app, live_server):
     server = live_server()
