@@ -78,8 +78,10 @@ def test_it_shows_progress_on_stderr(smoke):
 
 def test_it_writes_a_write_floor_per_transaction(smoke):
     _, results = smoke
-    assert _check_types(results["write_floor"], {"transactions": int, "write_bytes": int,
-                                                 "bytes_per_transaction": NUMBER}) == []
+    for key, level in (("write_floor", "full"), ("write_floor_normal", "normal")):
+        assert _check_types(results[key], {"transactions": int, "write_bytes": int, "synchronous": str,
+                                           "bytes_per_transaction": NUMBER}) == []
+        assert results[key]["synchronous"] == level
 
 
 def test_it_measures_every_server_it_must(smoke):
