@@ -228,7 +228,7 @@ def test_durations_under_a_second_are_shown_as_such(page, feed, make_cron):
     html = html_of(page, f"/page/crons/{cron}")
     assert 'data-label="Duration" class="num">&lt;1 s<' in html
     assert "<dt>Last duration</dt><dd>&lt;1 s</dd>" in html
-    assert 'data-label="Last duration" class="num">&lt;1 s<' in html_of(page, "/page/")
+    assert '<span class="small">&lt;1 s · exit <span class="ok">0</span>' in html_of(page, "/page/")
 
 
 def test_older_executions_are_on_further_pages(page, feed, make_cron, monkeypatch):
@@ -405,3 +405,14 @@ def test_the_zone_toggle_keeps_the_rest_of_the_query(page, make_cron):
     assert 'href="/page/?size=2&amp;page=2&amp;tz=utc">show UTC</a>' in html
     html = html_of(page, "/page/?size=2&tz=utc")
     assert 'href="/page/?page=2&amp;size=2&amp;tz=utc" rel="next"' in html
+
+
+@pytest.mark.parametrize("shadow_env", [{}])
+def test_with_shadow_off_executions_are_not_called_manual(page, feed, make_cron):
+    cron = make_cron(name="plain", schedule="0 0 1 1 *")["id"]
+    feed.run(cron, int(time.time()) - 60)
+    feed.run(cron, int(time.time()) - 30, scheduled=False)
+    html = html_of(page, f"/page/crons/{cron}")
+    table = html.split('id="executions"')[1].split("</table>")[0]
+    assert table.count('<span class="muted">crond or manual</span>') == 2
+    assert ">manual<" not in table and "Shadow is off" in table
