@@ -114,7 +114,7 @@ def cron_rows(page: int, size: int, now: int, shadow: bool) -> dict:
     ids = [h["cron_id"] for h in found[start:start + size]]
     if len(ids) < size and total > len(found):
         # Past health's cap (health.MAX_CRONS, lowest ids): the newest crons, unevaluated.
-        beyond = (Cron.select(Cron.id).where(Cron.id > max(h["cron_id"] for h in found))
+        beyond = (Cron.select(Cron.id).where(Cron.id > max((h["cron_id"] for h in found), default=0))
                   .order_by(Cron.id.desc()).offset(max(0, start - len(found)))
                   .limit(size - len(ids)))
         ids += [row.id for row in beyond]

@@ -14,10 +14,9 @@ from qlshadow.views import create_app
 from qlshadow.auth import create_app_record
 from qlshadow.models import App
 from qlshadow.views.page import COOKIE, LIFETIME
-from conftest import SHADOW_ON, STATUS_PATH
+from conftest import SHADOW_ON
 
 PAGES = ("/page/", "/page/gate", "/page/health")
-EID = "legacy-system:{s}:{n:08x}-9d4a-4e6b-8f1a-2c3d4e5f6a7b"
 
 
 @pytest.fixture
@@ -34,15 +33,6 @@ def viewer(app) -> tuple:
 
 def sign_in(client, viewer):
     return client.post("/page/login", data={"client_id": viewer[0], "client_secret": viewer[1]})
-
-
-def callback(client, auth, cron_id, status, n, exit_code=0, seconds=1700000000):
-    body = {"ids": [cron_id], "status": status, "pid": 4000 + n,
-            "last_execution_time": seconds + n * 300, "last_running_time": 7,
-            "execution_id": EID.format(s=seconds + n * 300, n=n)}
-    if status == 1:
-        body["exit_code"] = exit_code
-    assert client.put(STATUS_PATH, json=body, headers=auth).status_code == 200
 
 
 def cookie_value(client) -> str | None:

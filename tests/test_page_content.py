@@ -169,6 +169,16 @@ def test_missed_firings_are_gaps_in_the_strip_where_the_schedule_fired(page, fee
     assert re.findall(r'<rect class="(ok|failed|missed)"', cron_html) == kinds
 
 
+def test_a_firing_still_within_its_grace_is_drawn_late_and_older_ones_missed(page, make_cron):
+    cron = make_cron(name="every-minute", schedule="* * * * *")["id"]
+    backdate(cron, 330)
+    html = html_of(page, "/page/")
+    kinds = re.findall(r'<rect class="(ok|failed|missed|late)"', row_of(html, "every-minute"))
+    # The newest due minute ended under a minute ago: within its 60 s grace, so late.
+    assert len(kinds) >= 4 and kinds[-1] == "late" and set(kinds[:-1]) == {"missed"}
+    assert 'class="state missed">Missed a firing<' in row_of(html, "every-minute")
+
+
 def test_a_stuck_run_is_drawn_unlike_a_live_one(page, feed, make_cron):
     now = int(time.time())
     hung = make_cron(name="hung", schedule="0 0 1 1 *")["id"]
