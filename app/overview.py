@@ -1,10 +1,28 @@
-"""What the status page shows, read from the tables (no Flask): bounded, read-only queries."""
+"""What the status page shows, read from the tables (no Flask): bounded, read-only queries.
+
+Times stay epoch seconds here; the page turns them into text in the viewer's chosen zone.
+"""
 from __future__ import annotations
 
-from .models import (CRON_DISABLED, CRON_IDLE, CRON_QUEUED, CRON_RUNNING, INSTANCE_RUNNING,
-                     Cron, RunningInstance, ShadowFailure)
+import os
 
-STRIP = 20  # executions drawn in each cron's strip
+from . import health
+from .models import (CRON_DISABLED, CRON_IDLE, CRON_QUEUED, CRON_RUNNING, INSTANCE_RUNNING,
+                     Cron, ShadowFailure)
+
+STRIP = 20  # slots drawn in each cron's strip: executions and firings without one
+LOG_LINES = 20  # the last lines of a task log shown on a page,
+LOG_BYTES = 8 * 1024  # read from at most this many bytes at the end of the file
+_MINUTE = 60
+_DAY = 86400
+# The strip looks for firings without a record in growing windows back from now, so a
+# cron firing every minute never evaluates a month of its schedule to draw 20 slots.
+_STRIP_WINDOWS = (2 * 3600, 2 * _DAY, 31 * _DAY)
+# Health states in words, the problems first: the order of the crons list.
+STATE_WORDS = {"failed": "Failed", "missed": "Missed a firing", "stuck": "Stuck",
+               "late": "Late", "running": "Running", "new": "New, never ran",
+               "paused": "Paused", "ok": "OK", "unknown": "Not evaluated"}
+_RANK = {state: i for i, state in enumerate(STATE_WORDS)}
 CRON_STATUS = {CRON_RUNNING: "running", CRON_IDLE: "idle", CRON_DISABLED: "disabled",
                CRON_QUEUED: "queued"}
 
@@ -80,66 +98,240 @@ def describe_schedule(schedule: str) -> str | None:
 
 # --- crons ------------------------------------------------------------------------------
 
-def cron_rows(page: int, size: int) -> dict:
-    """One page of crons, newest first, each with its last exit code and recent executions."""
-    query = Cron.select().order_by(Cron.id.desc())
-    total = query.count()
-    crons = list(query.paginate(page, size).dicts())
-    recent = recent_instances([c["id"] for c in crons], STRIP)
+def _list_key(found: dict) -> tuple:
+    # Problems in the order failed, missed, stuck, late, each newest first; then the rest
+    # by state, newest cron first.
+    problem = found["state"] in health.PROBLEMS
+    return (_RANK.get(found["state"], len(_RANK)), -(found["since"] or 0) if problem else 0,
+            -found["cron_id"])
+
+
+def cron_rows(page: int, size: int, now: int, shadow: bool) -> dict:
+    """One page of crons, problems first, each with its health and its strip."""
+    found = sorted(health.read_all(now, shadow=shadow), key=_list_key)
+    total = Cron.select().count()
+    start = (page - 1) * size
+    ids = [h["cron_id"] for h in found[start:start + size]]
+    if len(ids) < size and total > len(found):
+        # Past health's cap (health.MAX_CRONS, lowest ids): the newest crons, unevaluated.
+        beyond = (Cron.select(Cron.id).where(Cron.id > max((h["cron_id"] for h in found), default=0))
+                  .order_by(Cron.id.desc()).offset(max(0, start - len(found)))
+                  .limit(size - len(ids)))
+        ids += [row.id for row in beyond]
+    by_id = {h["cron_id"]: h for h in found}
+    crons = {c["id"]: c for c in Cron.select().where(Cron.id.in_(ids)).dicts()} if ids else {}
+    recent = health.recent_executions(ids, shadow) if ids else {}
+    schedules = health._Schedules(now)  # health's own firings reader, shared by every row
     rows = []
-    for cron in crons:
-        executions = recent.get(cron["id"], [])
-        finished = next((e for e in executions if e["finished_at"] is not None), None)
-        rows.append(cron_summary(cron, executions, finished))
+    for cron_id in ids:
+        cron = crons.get(cron_id)
+        if cron is None:  # deleted between the two reads
+            continue
+        state = by_id.get(cron_id) or unevaluated(cron)
+        rows.append(cron_summary(cron, recent.get(cron_id, []), state, schedules, now))
     return {"rows": rows, "total": total}
 
 
-def cron_summary(cron: dict, executions: list, finished: dict | None) -> dict:
-    """The fields a cron's line on the page shows."""
+def cron_detail(cron: dict, now: int, shadow: bool) -> tuple:
+    """(health, summary) of one cron, as its line in the list shows it."""
+    found = health.read_all(now, shadow=shadow, cron_id=cron["id"])
+    found = found[0] if found else unevaluated(cron)
+    recent = health.recent_executions([cron["id"]], shadow)[cron["id"]]
+    return found, cron_summary(cron, recent, found, health._Schedules(now), now)
+
+
+def unevaluated(cron: dict) -> dict:
+    """A health entry for a cron health did not evaluate (past its cap)."""
+    return {"cron_id": cron["id"], "state": "unknown", "since": None, "next_expected": None,
+            "last_success": None, "last_start": cron["last_execution_time"], "grace": None,
+            "reason": f"Only the first {health.MAX_CRONS} crons get a health state.",
+            "running_since": None}
+
+
+def cron_summary(cron: dict, executions: list, found: dict, schedules, now: int) -> dict:
+    """The fields a cron's line on the page shows: its health and its strip."""
     status = CRON_STATUS.get(cron["status"], str(cron["status"]))
     if cron["is_disabled"]:
         status = "disabled"
+    finished = max((e for e in executions if not e.open), key=lambda e: e.start, default=None)
+    duration = cron["last_running_time"]
+    if duration is None and finished is not None and finished.end is not None:
+        # The callback leaves last_running_time alone for a run under a second: the
+        # execution's own times still say how long it ran.
+        duration = max(0, finished.end - finished.start)
     return {
         "id": cron["id"], "name": cron["name"], "command": cron["command"],
         "schedule": cron["schedule"], "schedule_text": describe_schedule(cron["schedule"]),
-        "status": status, "last_start": cron["last_execution_time"],
-        "last_duration": cron["last_running_time"],
-        "last_exit_code": finished["exit_code"] if finished else None,
-        "strip": [outcome(e) for e in reversed(executions)],  # oldest first, left to right
+        "status": status, "state": found["state"],
+        "state_text": STATE_WORDS.get(found["state"], found["state"]),
+        "reason": found["reason"], "since": found["since"],
+        "next_expected": found["next_expected"], "last_success": found["last_success"],
+        "last_start": found["last_start"] or cron["last_execution_time"],
+        "grace": found["grace"], "last_duration": duration,
+        "last_exit_code": finished.exit_code if finished else None,
+        "strip": strip_slots(cron, executions, found, schedules, now),
     }
 
 
-def outcome(instance: dict) -> dict:
-    """One execution as the strip draws it: its kind, start and a short label."""
-    if instance["status"] == INSTANCE_RUNNING and instance["finished_at"] is None:
-        kind, text = "running", "running"
-    elif instance["exit_code"] is None:
-        kind, text = "unknown", "finished, exit code unknown"
-    elif instance["exit_code"] == 0:
-        kind, text = "ok", "exit 0"
+def _execution_slot(e, newest: bool, found: dict) -> dict:
+    """One execution as the strip draws it: kind, start, a label and, when stuck, since when."""
+    slot = {"start": e.start, "since": None}
+    if e.open and not newest:
+        # A newer execution started, so this one is no longer running: its finish was lost.
+        slot.update(kind="stuck", since=e.start,
+                    label="no finish was recorded, and a newer execution has started")
+    elif e.open and found["state"] == "stuck":
+        slot.update(kind="stuck", since=found["since"],
+                    label="still open, far longer than this cron usually runs")
+    elif e.open:
+        slot.update(kind="running", label="running")
+    elif e.exit_code is None:
+        slot.update(kind="unknown", label="finished, exit code unknown")
+    elif e.exit_code == 0:
+        slot.update(kind="ok", label="exit 0")
     else:
-        kind, text = "failed", f"exit {instance['exit_code']}"
-    return {"kind": kind, "text": text, "started_at": instance["started_at"]}
+        slot.update(kind="failed", label=f"exit {e.exit_code}")
+    if e.scheduled is False:
+        slot["label"] += " (manual run)"
+    return slot
 
 
-def recent_instances(cron_ids: list, per_cron: int) -> dict:
-    """cron id -> its newest Legacy instances (newest first), at most per_cron each."""
-    if not cron_ids:
-        return {}
-    # One range of running_instances_cron (cron_id, id) per cron, newest first: a ranking
-    # over all the crons' instances made SQLite read the whole table for a page of crons.
-    columns = (RunningInstance.cron.alias("cron_id"), RunningInstance.id,
-               RunningInstance.status, RunningInstance.started_at,
-               RunningInstance.finished_at, RunningInstance.exit_code)
-    out: dict = {}
-    for wanted in cron_ids:
-        query = (RunningInstance.select(*columns).where(RunningInstance.cron == wanted)
-                 .order_by(RunningInstance.id.desc()).limit(per_cron))
-        for cron_id, iid, status, started, finished, code in query.tuples():
-            out.setdefault(cron_id, []).append({"id": iid, "status": status,
-                                                "started_at": started, "finished_at": finished,
-                                                "exit_code": code})
-    return out
+def strip_slots(cron: dict, executions: list, found: dict, schedules, now: int,
+                n: int = STRIP) -> list:
+    """The newest n slots, oldest first: each execution, and each firing of the schedule
+    that has no record (missed once its grace ran out, late before)."""
+    from .reconcile import is_active
+    execs = sorted(executions, key=lambda e: e.start)
+    slots = [_execution_slot(e, i == len(execs) - 1, found) for i, e in enumerate(execs)]
+    grace = found.get("grace")
+    if found["state"] != "unknown" and grace is not None and is_active(cron):
+        # Judged as health judges: firings after the definition's last change, back to the
+        # oldest execution read (older ones may have records that were not read).
+        lo = max(cron["created_at"], cron["updated_at"]) + 1
+        if execs:
+            lo = max(lo, execs[0].start)
+        starts = [e.start for e in execs]
+        for window in _STRIP_WINDOWS:
+            since = max(lo, now - window)
+            gaps = [f for f in schedules.between(cron["schedule"], since, now - _MINUTE + 1)
+                    if not health._started(f, starts, execs, grace)]
+            if since == lo or len(gaps) + sum(s >= since for s in starts) >= n:
+                break
+        for f in gaps:
+            missed = now >= f + _MINUTE + grace
+            slots.append({"start": f, "since": None, "kind": "missed" if missed else "late",
+                          "label": ("no record: missed" if missed
+                                    else "no record yet, still within its grace")})
+    slots.sort(key=lambda s: s["start"])
+    return slots[-n:]
+
+
+# --- one cron's executions ---------------------------------------------------------------
+
+def cron_executions(cron_id: int, shadow: bool, limit: int, before: int | None,
+                    found: dict) -> dict:
+    """A cron's executions newest first, Runs and Legacy instances merged into one row each.
+
+    {"rows": [...], "next_before": seconds or None}. An instance and a Run are one
+    execution when the instance started in the second its Run was accepted (task.sh makes
+    the execution id from that second), as health counts them. before= pages on: rows that
+    started before that second.
+    """
+    from .crons import list_instances
+    from .shadow import reader
+    instances = list_instances(cron_id, None, limit + 1, None, until=before)
+    runs = reader.list_runs(cron_id, None, limit + 1, None, until=before)
+    partners: dict = {}
+    for run in runs:
+        partners.setdefault(run["accepted_at"], []).append(run)
+    rows = []
+    for instance in instances:
+        same = partners.get(instance["started_at"])
+        run = None
+        if same:
+            run = next((r for r in same if r["attempt"]["pid"] == instance["pid"]), same[0])
+            same.remove(run)
+        rows.append(_execution_row(instance, run, shadow))
+    rows += [_execution_row(None, run, shadow) for left in partners.values() for run in left]
+    rows.sort(key=lambda r: (r["start"], r["instance_id"] or 0), reverse=True)
+    # Where a source has more rows than were read, rows older than its oldest one read
+    # may lack their partner: they belong to the next page, as do rows past the limit.
+    cuts = [min(x[key] for x in source) for source, key in
+            ((instances, "started_at"), (runs, "accepted_at")) if len(source) > limit]
+    if len(rows) > limit:
+        cuts.append(rows[limit]["start"])
+    next_before = None
+    if cuts:
+        cut = max(cuts)
+        page = [r for r in rows if r["start"] > cut]
+        next_before = cut + 1
+        if not page:  # more than a page in one second: show a page of it, then go past it
+            page, next_before = rows[:limit], cut
+        rows = page
+    for i, row in enumerate(rows):
+        row["kind"], row["stuck_since"] = _row_kind(row, i == 0 and before is None, found)
+    return {"rows": rows, "next_before": next_before}
+
+
+def _execution_row(instance: dict | None, run: dict | None, shadow: bool) -> dict:
+    """One execution from its instance, its Run, or both."""
+    if instance is not None:
+        start, pid, log_path = instance["started_at"], instance["pid"], instance["log_path"]
+        finished, code = instance["finished_at"], instance["exit_code"]
+        is_open = finished is None and instance["status"] == INSTANCE_RUNNING
+    else:
+        start, pid, log_path = run["accepted_at"], run["attempt"]["pid"], None
+        finished, code, is_open = run["finished_at"], run["exit_code"], run["state"] != "exited"
+    if run is not None:
+        log_path = log_path or run["attempt"]["log_path"]
+        if is_open and run["state"] == "exited":  # the instance's finish was lost, not the Run's
+            finished, code, is_open = run["finished_at"], run["exit_code"], False
+        pid = pid if pid is not None else run["attempt"]["pid"]
+    if run is not None:
+        origin = "scheduled"
+    else:
+        origin = "manual" if shadow else None  # with Shadow off nothing tells them apart
+    duration = finished - start if finished is not None and finished >= start else None
+    return {"start": start, "finished_at": finished, "exit_code": code, "open": is_open,
+            "duration": duration, "pid": pid, "log_path": log_path, "origin": origin,
+            "instance_id": instance["id"] if instance else None,
+            "run_id": run["id"] if run else None, "run_state": run["state"] if run else None}
+
+
+def _row_kind(row: dict, newest: bool, found: dict) -> tuple:
+    """(kind, stuck since) of one execution row, as the strip draws it."""
+    if row["open"] and not newest:
+        return "stuck", row["start"]
+    if row["open"]:
+        return ("stuck", found["since"]) if found["state"] == "stuck" else ("running", None)
+    if row["exit_code"] is None:
+        return "unknown", None
+    return ("ok" if row["exit_code"] == 0 else "failed"), None
+
+
+# --- task logs ---------------------------------------------------------------------------
+
+def log_tail(log_dir: str, stored: str | None, lines: int = LOG_LINES,
+             limit: int = LOG_BYTES) -> dict:
+    """The last lines of a task log, read only through app/logs.py, at most `limit` bytes.
+
+    {"text", "name", "cut"} (cut: earlier lines are not shown), or {"error": one sentence}.
+    """
+    from . import logs
+    if not stored:
+        return {"error": "Its callbacks named no log file."}
+    try:
+        with logs.open_log(log_dir, stored) as fh:
+            tail = logs.tail_bytes(fh, limit)
+    except logs.LogUnavailable as exc:
+        return {"error": f"The log cannot be read: {exc}"}
+    text = tail["text"]
+    found = text.splitlines()
+    if tail["truncated"] and found:
+        found = found[1:]  # the first line read is probably cut
+    shown = found[-lines:] if lines else []
+    return {"text": "\n".join(shown), "name": os.path.basename(stored),
+            "cut": tail["truncated"] or len(found) > len(shown), "size": tail["size"]}
 
 
 def cron_failures(cron_id: int, limit: int) -> list:
@@ -147,3 +339,126 @@ def cron_failures(cron_id: int, limit: int) -> list:
     query = (ShadowFailure.select().where(ShadowFailure.cron_id == cron_id)
              .order_by(ShadowFailure.id.desc()).limit(limit))
     return list(query.dicts())
+
+
+# --- the health page ---------------------------------------------------------------------
+
+def size_text(count: int | None) -> str:
+    """Bytes for a person: B, KiB, MiB or GiB with one decimal."""
+    if count is None:
+        return "—"
+    if count < 1024:
+        return f"{count} B"
+    for unit in ("KiB", "MiB", "GiB"):
+        count /= 1024
+        if count < 1024 or unit == "GiB":
+            return f"{count:.1f} {unit}"
+    return ""  # not reached
+
+
+_LABELS = {
+    "status": "Service", "db": "Database", "version": "Version", "scheduler": "Scheduler",
+    "shadow_origins": "Shadow records", "last_write": "Writes", "storage": "Storage",
+    "crontab": "Crontab", "db_bytes": "Database file", "wal_bytes": "Write-ahead log",
+    "free_bytes": "Free on the data partition", "synchronous": "Durability (synchronous)",
+    "used_bytes": "Storage budget", "log_bytes": "Task logs",
+}
+_SYNCHRONOUS = {0: "off", 1: "normal", 2: "full", 3: "extra"}
+
+
+def label_of(key: str) -> str:
+    """A person's label for a key of /health (known ones named, others made readable)."""
+    return _LABELS.get(key) or key.replace("_", " ").capitalize()
+
+
+def health_rows(data: dict, when) -> list:
+    """/health's document as [(label, text, css class)] for people: no True/False, sizes in
+    KiB/MiB, the budget as a percentage, times through when(seconds). Keys it does not know
+    are shown with a readable label and a readable value."""
+    rows = []
+    for key, value in data.items():
+        if key == "storage" and isinstance(value, dict):
+            rows.append((label_of(key), _storage_text(value), ""))
+            continue
+        rows.append((label_of(key), *_health_value(key, value, when)))
+    return rows
+
+
+def _health_value(key: str, value, when) -> tuple:
+    if key == "status":
+        return ("OK" if value == "ok" else str(value).capitalize(),
+                "ok" if value == "ok" else "failed")
+    if key == "db":
+        return ("answers" if value == "ok" else str(value), "ok" if value == "ok" else "failed")
+    if key == "shadow_origins":
+        if not value:
+            return "off: crond's runs are kept as Legacy instances only", "muted"
+        return "on for " + ", ".join(value) + " (crond's runs become Shadow Runs)", ""
+    if key == "scheduler":
+        return {"system": "system crond (our block of the crontab)",
+                "node": "node (nothing written to a crontab)"}.get(value, str(value)), ""
+    if key == "last_write" and isinstance(value, dict):
+        if value.get("ok"):
+            return "succeeding", "ok"
+        since = f" since {when(value['since'])}" if value.get("since") else ""
+        return (f"failing{since}: {value.get('cause') or 'unknown cause'} "
+                f"({value.get('failures', 0)} failed)"), "failed"
+    if key == "crontab":
+        return str(value), "ok" if value == "installed" else (
+            "failed" if str(value).startswith("not installed") else "")
+    return _plain(key, value, when), ""
+
+
+def _plain(key: str, value, when) -> str:
+    """Any other value in words: yes/no, sizes, times, lists and mappings."""
+    if value is None:
+        return "—"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int) and key.endswith("bytes"):
+        return size_text(value)
+    if isinstance(value, int) and (key in ("since", "at") or key.endswith("_at")):
+        return when(value)
+    if isinstance(value, dict):
+        return "; ".join(f"{label_of(k).lower()}: {_plain(k, v, when)}"
+                         for k, v in value.items()) or "—"
+    if isinstance(value, (list, tuple)):
+        return ", ".join(_plain(key, v, when) for v in value) or "none"
+    return str(value)
+
+
+def _storage_text(storage: dict) -> list:
+    """The storage figures as [(label, text)], the budget's use as a percentage."""
+    items = []
+    used, budget = storage.get("used_bytes"), storage.get("budget_bytes")
+    for key, value in storage.items():
+        if key == "budget_bytes":
+            continue
+        if key == "used_bytes":
+            if used is None:
+                text = "not measured (PostgreSQL keeps its own files)"
+            elif budget:
+                text = f"{size_text(used)} of {size_text(budget)} ({100 * used / budget:.0f} %)"
+            else:
+                text = f"{size_text(used)} used, no budget set (QL_STORAGE_BUDGET)"
+        elif key == "synchronous":
+            text = _SYNCHRONOUS.get(value, str(value)) if value is not None else \
+                "— (PostgreSQL)"
+        elif value is None and key in ("db_bytes", "wal_bytes", "log_bytes"):
+            text = "— (PostgreSQL)" if key != "log_bytes" else "—"
+        else:
+            text = _plain(key, value, str)
+        items.append((label_of(key), text))
+    return items
+
+
+def notification_log(limit: int) -> list | None:
+    """The newest notifications sent, or None where this build keeps no notification log.
+
+    The alert pipeline supplies the rows: `notify.recent_deliveries(limit)` returning dicts
+    (e.g. at, cron_id, name, state, channel, outcome, detail), newest first. Until it
+    exists the health page says there is no log.
+    """
+    from . import notify
+    reader = getattr(notify, "recent_deliveries", None)
+    return None if reader is None else list(reader(limit))

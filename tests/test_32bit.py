@@ -220,10 +220,10 @@ def test_the_service_serves_and_renders_times_after_2038_on_a_32_bit_router(
     assert {run["state"] for run in runs["data"]} == {"exited"}
     status, listing = _page(server.url, "/page/", cookie)
     assert status == 200, listing
-    assert "2038-01-19 04:14:08 UTC" in listing  # beyond local time: shown in UTC, said so
+    assert "2038-01-19 04:14 UTC" in listing  # beyond local time: shown in UTC, said so
     status, detail = _page(server.url, f"/page/crons/{cron_id}", cookie)
     assert status == 200, detail
-    assert "2038-01-19 04:14:08 UTC" in detail
+    assert "2038-01-19 04:14 UTC" in detail
     assert _page(server.url, "/page/gate", cookie)[0] == 200
     status, gate = http("GET", server.url + "/open/reconcile", headers=headers, timeout=120)
     assert status == 200, gate

@@ -1,4 +1,5 @@
-"""The status page: sign-in, the session cookie, and what each page shows (server-side)."""
+"""The status page: sign-in, the session cookie, paging and headers (what each page shows:
+test_page_content.py)."""
 from __future__ import annotations
 
 import importlib.util
@@ -13,10 +14,9 @@ from qlshadow.views import create_app
 from qlshadow.auth import create_app_record
 from qlshadow.models import App
 from qlshadow.views.page import COOKIE, LIFETIME
-from conftest import SHADOW_ON, STATUS_PATH
+from conftest import SHADOW_ON
 
 PAGES = ("/page/", "/page/gate", "/page/health")
-EID = "legacy-system:{s}:{n:08x}-9d4a-4e6b-8f1a-2c3d4e5f6a7b"
 
 
 @pytest.fixture
@@ -33,15 +33,6 @@ def viewer(app) -> tuple:
 
 def sign_in(client, viewer):
     return client.post("/page/login", data={"client_id": viewer[0], "client_secret": viewer[1]})
-
-
-def callback(client, auth, cron_id, status, n, exit_code=0, seconds=1700000000):
-    body = {"ids": [cron_id], "status": status, "pid": 4000 + n,
-            "last_execution_time": seconds + n * 300, "last_running_time": 7,
-            "execution_id": EID.format(s=seconds + n * 300, n=n)}
-    if status == 1:
-        body["exit_code"] = exit_code
-    assert client.put(STATUS_PATH, json=body, headers=auth).status_code == 200
 
 
 def cookie_value(client) -> str | None:
@@ -177,31 +168,6 @@ def test_the_pages_change_nothing_and_accept_only_get(client, viewer):
         assert client.post(path).status_code == 405
 
 
-def test_the_crons_page_shows_each_cron_with_its_schedule_in_words_and_last_exit(
-        client, auth, viewer, make_cron):
-    cron = make_cron(name="nightly-backup", schedule="30 2 * * *")["id"]
-    callback(client, auth, cron, 0, 1)
-    callback(client, auth, cron, 1, 1, exit_code=3)
-    sign_in(client, viewer)
-    html = client.get("/page/").get_data(as_text=True)
-    assert "nightly-backup" in html and "30 2 * * *" in html
-    assert "every day at 02:30" in html
-    assert '<span class="failed">3</span>' in html
-    assert re.search(r'aria-label="last 1 executions: 0 ok, 1 failed, 0 running"', html)
-
-
-def test_the_strip_colours_each_execution_by_outcome(client, auth, viewer, make_cron):
-    cron = make_cron()["id"]
-    for n, code in enumerate((0, 2, 0)):
-        callback(client, auth, cron, 0, n)
-        callback(client, auth, cron, 1, n, exit_code=code)
-    callback(client, auth, cron, 0, 3)
-    sign_in(client, viewer)
-    html = client.get("/page/").get_data(as_text=True)
-    kinds = re.findall(r'<rect class="(ok|failed|running|unknown)"', html)
-    assert kinds == ["ok", "failed", "ok", "running"]
-
-
 def test_the_crons_page_is_paginated(client, viewer, make_cron):
     for name in ("first", "second", "third"):
         make_cron(name=name)
@@ -228,22 +194,6 @@ def test_a_long_page_is_streamed_in_bounded_chunks_and_arrives_whole(client, vie
     assert html.rstrip().endswith("</html>")
     assert all(f">job-{n:02d}<" in html for n in range(60))
     assert response.headers["Content-Security-Policy"].startswith("default-src 'none'")
-
-
-def test_a_cron_page_shows_its_runs_instances_and_accept_failures(client, auth, viewer, make_cron):
-    cron = make_cron(name="report")["id"]
-    callback(client, auth, cron, 0, 1)
-    callback(client, auth, cron, 1, 1, exit_code=0)
-    bad = {"ids": [cron], "status": 0, "pid": 9, "execution_id": "not-an-execution-id"}
-    assert client.put(STATUS_PATH, json=bad, headers=auth).status_code == 200
-    run_id = client.get(f"/open/runs?cron_id={cron}", headers=auth).get_json()["data"][0]["id"]
-    sign_in(client, viewer)
-    html = client.get(f"/page/crons/{cron}").get_data(as_text=True)
-    runs, rest = html.split('id="runs"')[1].split('id="instances"')
-    instances, failures = rest.split('id="failures"')
-    assert run_id[:8] in runs and "exited" in runs
-    assert "4001" in instances and ">9<" in instances
-    assert "invalid_execution_id" in failures and "not-an-execution-id" in failures
 
 
 def test_a_cron_page_for_an_unknown_cron_is_a_404_page(client, viewer):
@@ -285,14 +235,6 @@ def test_the_gate_page_renders_the_documented_gate_document(client, viewer, monk
     assert until == now and until - since == 7 * 86400
     assert '<span class="badge fail">fail</span>' in html and "cron 7 missed 2 firings" in html
     assert html.index('href="/page/crons/7"') < html.index('href="/page/crons/3"')
-
-
-def test_the_health_page_shows_every_key_of_health(client, viewer):
-    data = client.get("/health").get_json()["data"]
-    sign_in(client, viewer)
-    html = client.get("/page/health").get_data(as_text=True)
-    for key in data:
-        assert f"<dt>{key}</dt>" in html
 
 
 def test_pages_forbid_scripts_frames_and_outside_fetches(client, viewer):

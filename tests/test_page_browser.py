@@ -1,5 +1,6 @@
 """The status page in a real browser: Debian's chromium, headless, JavaScript off, against a
-real `qlshadow serve`. Screenshots of every page go to tests/artifacts/page/<backend>/."""
+real `qlshadow serve`. Every page at phone (390x844) and desktop (1366x900) width; the
+screenshots go to $QL_ARTEFACTS/<backend>/ (default: the test's tmp dir)."""
 from __future__ import annotations
 
 import json
@@ -9,14 +10,13 @@ import time
 
 import pytest
 
-from conftest import ROOT, SHADOW_ON, STATUS_PATH, cli_env, http, run_cli
+from conftest import SHADOW_ON, STATUS_PATH, cli_env, http, run_cli
 
 # It drives a real browser.
 pytestmark = pytest.mark.slow
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
-ARTIFACTS = os.path.join(ROOT, "tests", "artifacts", "page")
 EID = "legacy-system:{s}:{n:08x}-9d4a-4e6b-8f1a-2c3d4e5f6a7b"
 
 
@@ -55,99 +55,183 @@ def follow(driver, element) -> None:
         ["result"].get("value") == "complete")
 
 
-def shot(driver, backend: str, name: str) -> None:
-    """Save a full-page screenshot as a test artefact."""
-    directory = os.path.join(ARTIFACTS, backend)
-    os.makedirs(directory, exist_ok=True)
-    layout = driver.execute_cdp_cmd("Page.getLayoutMetrics", {})
-    width = layout["cssLayoutViewport"]["clientWidth"]
+PHONE, DESKTOP = (390, 844), (1366, 900)
+
+
+def evaluate(driver, expression: str):
+    """A value computed in the page (JavaScript is off for the page, not for the driver)."""
+    answer = driver.execute_cdp_cmd("Runtime.evaluate", {"expression": expression,
+                                                         "returnByValue": True})
+    return answer["result"].get("value")
+
+
+def viewport(driver, size: tuple, dark: bool = False) -> None:
+    """Emulate a screen of size (CSS pixels); a phone also gets the mobile viewport rules."""
+    width, height = size
     driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", {
-        "width": width, "height": max(400, int(layout["cssContentSize"]["height"])),
-        "deviceScaleFactor": 1, "mobile": width < 600})
-    driver.save_screenshot(os.path.join(directory, name + ".png"))
-    driver.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+        "width": width, "height": height, "deviceScaleFactor": 1, "mobile": width < 600})
+    driver.execute_cdp_cmd("Emulation.setEmulatedMedia", {
+        "features": [{"name": "prefers-color-scheme", "value": "dark" if dark else "light"}]})
+
+
+def shot(driver, directory: str, name: str, size: tuple) -> str:
+    """Save a full-page screenshot as a test artefact; the viewport is set back after."""
+    os.makedirs(directory, exist_ok=True)
+    height = int(evaluate(driver, "document.documentElement.scrollHeight") or size[1])
+    driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", {
+        "width": size[0], "height": max(size[1], min(height, 6000)), "deviceScaleFactor": 1,
+        "mobile": size[0] < 600})
+    path = os.path.join(directory, name + ".png")
+    driver.save_screenshot(path)
+    viewport(driver, size, dark=bool(evaluate(
+        driver, "matchMedia('(prefers-color-scheme: dark)').matches")))
+    return path
+
+
+@pytest.fixture
+def artefacts(tmp_path, backend) -> str:
+    """Where screenshots go: $QL_ARTEFACTS/<backend>, else the test's own tmp dir."""
+    base = os.environ.get("QL_ARTEFACTS") or str(tmp_path / "artefacts")
+    directory = os.path.join(base, backend)
+    shutil.rmtree(directory, ignore_errors=True)
+    return directory
 
 
 @pytest.fixture
 def populated(live_server, make_settings):
-    """A Shadow-on server with two crons, their runs, and an app that may sign in."""
+    """A Shadow-on server with crons that succeed, fail, miss firings and hang, runs with
+    logs (one holding markup), a manual run, and an app that may sign in."""
+    from qlshadow import db
+    from qlshadow.models import Cron
+    from qlshadow.views import create_app
+    settings = make_settings(**SHADOW_ON)
     server = live_server(**SHADOW_ON)
-    env = cli_env(make_settings(**SHADOW_ON))
+    env = cli_env(settings)
     viewer = json.loads(run_cli(env, "app", "create", "operator", "--scopes", "crons,runs").stdout)
+    headers = {**server.headers, "Content-Type": "application/json"}
     crons = {}
-    for name, schedule in (("nightly-backup", "30 2 * * *"), ("sync-feeds", "*/15 * * * *")):
+    for name, schedule in (("nightly-backup", "30 2 * * *"), ("sync-feeds", "*/15 * * * *"),
+                           ("hung-export", "0 4 * * *")):
         status, body = http("POST", server.url + "/open/crons",
                             {"name": name, "command": f"task {name}.sh", "schedule": schedule},
-                            {**server.headers, "Content-Type": "application/json"})
+                            headers)
         assert status == 200, body
         crons[name] = body["data"]["id"]
-    first = int(time.time()) - 8 * 900  # eight runs a quarter of an hour apart, up to now
+    log_dir = os.path.join(settings.data_dir, "log", "sync-feeds")
+    os.makedirs(log_dir, exist_ok=True)
+
+    def send(cron, status, n, at, code=0, eid=True, log=None):
+        body = {"ids": [cron], "status": status, "pid": 300 + n, "exit_code": code,
+                "last_execution_time": at, "last_running_time": 40 + n}
+        if eid:
+            body["execution_id"] = EID.format(s=at, n=n * 10 + cron)
+        if log:
+            body["log_path"] = log
+        answer = http("PUT", server.url + STATUS_PATH, body, headers)
+        assert answer[0] == 200, answer
+
+    now = int(time.time())
+    base = now // 900 * 900  # sync-feeds' newest firing
     for n, code in enumerate((0, 0, 1, 0, 0, 2, 0, 0)):
-        for cron in crons.values():
-            eid = EID.format(s=first + n * 900, n=n * 10 + cron)
+        at = base - (8 - n) * 900 + 2
+        if n == 4:
+            continue  # a firing with no record: a gap in the strip
+        log = f"sync-feeds/run-{n}.log"
+        with open(os.path.join(settings.data_dir, "log", log), "w") as fh:
+            fh.write("".join(f"fetched feed {k} of 30\n" for k in range(1, 31)))
+            fh.write("<script>alert('page')</script> & done\n")
+        for cron in (crons["nightly-backup"], crons["sync-feeds"]):
             for status in (0, 1):
-                answer = http("PUT", server.url + STATUS_PATH, {
-                    "ids": [cron], "status": status, "pid": 300 + n, "exit_code": code,
-                    "last_execution_time": first + n * 900, "last_running_time": 40 + n,
-                    "execution_id": eid}, {**server.headers, "Content-Type": "application/json"})
-                assert answer[0] == 200, answer
-    return server, viewer, crons
+                send(cron, status, n, at, code, log=log)
+    send(crons["sync-feeds"], 0, 9, base + 1, log="sync-feeds/run-7.log")
+    send(crons["sync-feeds"], 1, 9, base + 1, log="sync-feeds/run-7.log")
+    for status in (0, 1):  # a manual run: no execution id
+        send(crons["nightly-backup"], status, 20, now - 100, eid=False)
+    send(crons["hung-export"], 0, 30, now - 3 * 3600)  # started 3 h ago, never finished
+    # sync-feeds has been on the schedule for 2 h 10 min: its firings are judged.
+    create_app(settings)
+    with db.database.connection_context(), db.write_transaction():
+        Cron.update(created_at=base - 8 * 900 - 60, updated_at=base - 8 * 900 - 60).where(
+            Cron.id == crons["sync-feeds"]).execute()
+    db.discard_connection()
+    status, runs = http("GET", server.url + f"/open/runs?cron_id={crons['sync-feeds']}",
+                        headers=server.headers)
+    return server, viewer, crons, runs["data"][0]["id"]
 
 
-def test_an_operator_signs_in_sees_crons_runs_gate_and_health_then_signs_out(
-        browser, populated, backend):
+def assert_fits_a_phone(driver, page: str) -> None:
+    """Nothing wider than the screen: the page never scrolls sideways. A mobile browser
+    widens its layout viewport (innerWidth) to overflowing content, so the screen's own
+    width is checked too."""
+    widths = evaluate(driver, "[document.documentElement.scrollWidth, window.innerWidth]")
+    assert widths[0] <= min(widths[1], PHONE[0]), f"{page} overflows at phone width: {widths}"
+
+
+def test_every_page_at_phone_and_desktop_width(browser, populated, artefacts):
     from selenium.webdriver.common.by import By
-    server, viewer, crons = populated
-    shutil.rmtree(os.path.join(ARTIFACTS, backend), ignore_errors=True)
+    server, viewer, crons, run_id = populated
 
-    browser.get(server.url + "/page/")
+    # A browser at / is led to the page, which asks for sign-in first.
+    viewport(browser, DESKTOP)
+    browser.get(server.url + "/")
     assert browser.current_url.endswith("/page/login")
     assert "nightly-backup" not in browser.page_source
-    shot(browser, backend, "1-login")
+    shot(browser, artefacts, "login-desktop", DESKTOP)
+    viewport(browser, PHONE)
+    browser.get(server.url + "/page/login")
+    assert_fits_a_phone(browser, "login")
+    shot(browser, artefacts, "login-phone", PHONE)
 
+    viewport(browser, DESKTOP)
     browser.find_element(By.ID, "client_id").send_keys(viewer["client_id"])
     browser.find_element(By.ID, "client_secret").send_keys(viewer["client_secret"])
     follow(browser, browser.find_element(By.CSS_SELECTOR, "form button[type=submit]"))
     assert browser.current_url.endswith("/page/")
     cookie = browser.get_cookie("qlshadow_page")
     assert cookie["httpOnly"] and cookie["sameSite"] == "Strict" and cookie["expiry"]
+
+    pages = {"crons": "/page/", "cron": f"/page/crons/{crons['sync-feeds']}",
+             "run": f"/page/runs/{run_id}", "gate": "/page/gate", "health": "/page/health",
+             "missing": "/page/crons/999999"}
+    for name, path in pages.items():
+        for label, size, dark in (("desktop", DESKTOP, False), ("phone", PHONE, False),
+                                  ("phone-dark", PHONE, True)):
+            viewport(browser, size, dark)
+            browser.get(server.url + path)
+            assert "/page/login" not in browser.current_url
+            if size == PHONE:
+                assert_fits_a_phone(browser, name)
+            if name == "gate" and size == PHONE:
+                bottom = evaluate(browser, "document.getElementById('verdict')"
+                                           ".getBoundingClientRect().bottom")
+                assert bottom is not None and bottom <= PHONE[1], bottom
+            shot(browser, artefacts, f"{name}-{label}", size)
+
+    viewport(browser, DESKTOP)
+    browser.get(server.url + "/page/")
     table = browser.find_element(By.CSS_SELECTOR, "main table")
-    assert "nightly-backup" in table.text and "every day at 02:30" in table.text
-    assert "every 15 minutes" in table.text
-    assert len(browser.find_elements(By.CSS_SELECTOR, "svg.strip rect.failed")) == 4
-    shot(browser, backend, "2-crons")
+    names = [a.text for a in table.find_elements(By.CSS_SELECTOR, "tbody th a")]
+    assert names[0] == "hung-export"  # stuck: a problem, so first
+    assert browser.find_elements(By.CSS_SELECTOR, "svg.strip rect.missed")
+    assert browser.find_elements(By.CSS_SELECTOR, "svg.strip rect.stuck")
+    assert "every day at 02:30" in table.text and "every 15 minutes" in table.text
 
     follow(browser, browser.find_element(By.LINK_TEXT, "nightly-backup"))
-    assert browser.current_url.endswith(f"/page/crons/{crons['nightly-backup']}")
-    runs = browser.find_element(By.XPATH, "//h2[@id='runs']/following-sibling::div[1]//table")
-    assert len(runs.find_elements(By.CSS_SELECTOR, "tbody tr")) == 8
-    assert "exited" in runs.text
-    instances = browser.find_element(By.XPATH, "//h2[@id='instances']/following-sibling::div[1]//table")
-    assert len(instances.find_elements(By.CSS_SELECTOR, "tbody tr")) == 8
-    shot(browser, backend, "3-cron")
+    rows = browser.find_elements(By.CSS_SELECTOR, "#executions + div table tbody tr")
+    assert len(rows) == 8  # seven scheduled, one manual: one row each
+    assert len(browser.find_elements(By.XPATH, "//span[text()='manual']")) == 1
 
-    follow(browser, browser.find_element(By.LINK_TEXT, "Gate"))
-    heading = browser.find_element(By.TAG_NAME, "h1").text
-    assert heading == "Reconciliation gate"
-    assert ("Verdict:" in browser.page_source
-            or "The gate is not available in this build." in browser.page_source)
-    shot(browser, backend, "4-gate")
+    browser.get(server.url + pages["cron"])
+    log = browser.find_element(By.CSS_SELECTOR, "pre.log").text
+    assert log.endswith("<script>alert('page')</script> & done")
+    follow(browser, browser.find_element(By.CSS_SELECTOR, f"a[href='/page/runs/{run_id}']"))
+    assert run_id in browser.find_element(By.TAG_NAME, "h1").text
 
-    follow(browser, browser.find_element(By.LINK_TEXT, "Health"))
-    assert browser.find_element(By.XPATH, "//dt[text()='db']/following-sibling::dd[1]").text == "ok"
-    shot(browser, backend, "5-health")
-
-    browser.set_window_size(390, 844)  # a phone, in dark mode
-    browser.execute_cdp_cmd("Emulation.setEmulatedMedia", {
-        "features": [{"name": "prefers-color-scheme", "value": "dark"}]})
-    follow(browser, browser.find_element(By.LINK_TEXT, "Crons"))
-    shot(browser, backend, "6-crons-phone-dark")
-    follow(browser, browser.find_element(By.LINK_TEXT, "sync-feeds"))
-    shot(browser, backend, "7-cron-phone-dark")
-    browser.set_window_size(1280, 900)
+    follow(browser, browser.find_element(By.PARTIAL_LINK_TEXT, "show UTC"))
+    assert "?tz=utc" in browser.current_url and "times in UTC" in browser.page_source
 
     follow(browser, browser.find_element(By.XPATH, "//button[text()='Sign out']"))
-    assert browser.current_url.endswith("/page/login")
+    assert browser.current_url.endswith("/page/login?tz=utc")  # the choice of zone stays
     assert browser.get_cookie("qlshadow_page") is None
     browser.get(server.url + f"/page/crons/{crons['nightly-backup']}")
     assert browser.current_url.endswith("/page/login")

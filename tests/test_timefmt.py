@@ -134,10 +134,10 @@ def test_the_page_shows_stored_times_past_local_time_in_utc(client, auth, make_c
     listing = client.get("/page/")
     detail = client.get(f"/page/crons/{cron_id}")
 
-    assert listing.status_code == 200 and HUGE_TEXT in listing.get_data(as_text=True)
+    minutes = HUGE_TEXT[:-7] + " UTC"  # the pages show minutes
+    assert listing.status_code == 200 and minutes in listing.get_data(as_text=True)
     assert detail.status_code == 200
-    assert detail.get_data(as_text=True).count(HUGE_TEXT) >= 3  # last start, Run, instance
-    assert "292277026596-12-04 15:30:07 UTC" in detail.get_data(as_text=True)
+    assert detail.get_data(as_text=True).count(minutes) >= 3  # last start, execution, strip
     assert client.get("/page/gate").status_code == 200
 
 

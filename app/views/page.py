@@ -14,7 +14,7 @@ import time
 from flask import (Blueprint, Response, current_app, g, redirect, request, stream_template,
                    url_for)
 
-from .. import __version__, auth, crons, overview, timefmt
+from .. import __version__, auth, overview, timefmt
 from ..errors import NotFound, Unavailable
 from ..parse import INT64_MAX
 from ..shadow import reader
@@ -133,23 +133,53 @@ def _headers(response):
     return response
 
 
+@bp.before_request
+def _zone_choice():
+    # ?tz=utc shows every time in UTC; links made while it is on keep it (_keep_zone).
+    g.utc = request.args.get("tz", "").lower() == "utc"
+
+
+@bp.url_defaults
+def _keep_zone(endpoint, values):
+    if g.get("utc") and "tz" not in values:
+        values["tz"] = "utc"
+
+
+@bp.app_template_global("zone_toggle_url")
+def _zone_toggle_url() -> str:
+    """This page with the other zone and the rest of its query (e.g. page, size, before)."""
+    args = {k: v for k, v in request.args.items() if k != "tz"}
+    return url_for(request.endpoint, **(request.view_args or {}), **args,
+                   tz="local" if g.get("utc") else "utc")
+
+
 @bp.app_template_filter("when")
-def _when(seconds) -> str:
+def _when(seconds, with_seconds: bool = False) -> str:
+    """A time in the box's zone, the zone named (or in UTC on request); "—" for none."""
     if not seconds:
         return "—"
-    return timefmt.local_text(seconds, zone=False)
+    if g.get("utc"):
+        return timefmt.utc_text(seconds, with_seconds)
+    return timefmt.local_text(seconds, with_seconds)
 
 
 @bp.app_template_filter("duration")
 def _duration(seconds) -> str:
-    if seconds is None:
+    if seconds is None or seconds < 0:
         return "—"
     seconds = int(seconds)
+    if seconds < 1:  # times are whole seconds: a run that began and ended in one
+        return "<1 s"
     if seconds < 60:
         return f"{seconds} s"
     if seconds < 3600:
         return f"{seconds // 60} min {seconds % 60} s"
     return f"{seconds // 3600} h {seconds % 3600 // 60} min"
+
+
+@bp.app_template_filter("size")
+def _size(count) -> str:
+    return overview.size_text(count)
 
 
 CHUNK = 16 * 1024  # characters of HTML handed to waitress at a time (bytes, for ASCII)
@@ -163,7 +193,9 @@ def _render(template: str, status: int = 200, **context):
     chunk at a time is alive (docs/PERFORMANCE.md: 1.6 -> 1.1 MiB for the first list).
     """
     context.setdefault("viewer", g.get("viewer"))
-    pieces = stream_template(template, version=__version__, tz=time.strftime("%Z"), **context)
+    zone = "UTC" if g.get("utc") else time.strftime("%Z")
+    pieces = stream_template(template, version=__version__, tz=zone, utc=g.get("utc"),
+                             **context)
     return Response(_chunks(pieces), status, mimetype="text/html")
 
 
@@ -254,45 +286,75 @@ def logout():
     return response
 
 
+def _shadow() -> bool:
+    return current_app.extensions["qlshadow"].shadow_on
+
+
+def root():
+    """`/`: a browser goes to the page (which asks for sign-in first); anything else gets
+    the JSON answer every unknown path gets."""
+    wanted = {value for value, quality in request.accept_mimetypes if quality > 0}
+    if wanted & {"text/html", "application/xhtml+xml"}:  # named, not matched by */*
+        return redirect(url_for("page.crons_page"), code=303)
+    raise NotFound("No such endpoint; the status page is at /page/.")
+
+
+# `/` lives outside the page's prefix; registered from here so the page owns it.
+bp.record_once(lambda state: state.app.add_url_rule("/", "page.root", root,
+                                                    methods=["GET"]))
+
+
 @bp.route("/", methods=["GET"])
 @login_required
 def crons_page():
     size = _arg_int("size", 50, 1, PAGE_SIZES[-1])
-    total_pages_guess = 10**9
-    page = _arg_int("page", 1, 1, total_pages_guess)
-    data = overview.cron_rows(page, size)
+    page = _arg_int("page", 1, 1, 10**9)
+    data = overview.cron_rows(page, size, int(time.time()), _shadow())
     pages = max(1, -(-data["total"] // size))
     return _render("crons.html", rows=data["rows"], total=data["total"], page=page,
                    pages=pages, size=size, strip=overview.STRIP)
 
 
+def _cron_row(cron_id: int) -> dict | None:
+    from ..models import Cron
+    if cron_id > INT64_MAX:  # no cron has such an id, and the database cannot compare it
+        return None
+    return Cron.select().where(Cron.id == cron_id).dicts().get_or_none()
+
+
 @bp.route("/crons/<int:cron_id>", methods=["GET"])
 @login_required
 def cron_page(cron_id: int):
-    try:
-        if cron_id > INT64_MAX:  # no cron has such an id, and the database cannot compare it
-            raise NotFound(f"Cron {cron_id} does not exist.")
-        cron = crons.get(cron_id)
-    except NotFound:
+    cron = _cron_row(cron_id)
+    if cron is None:
         return _render("missing.html", 404, what=f"Cron {cron_id} does not exist.")
-    before = request.args.get("before") or None
-    if before is not None and not reader.UUID_TEXT.fullmatch(before):
-        before = None
-    runs = reader.list_runs(cron_id, None, RUNS_LIMIT + 1, before)
-    more = runs[RUNS_LIMIT]["id"] if len(runs) > RUNS_LIMIT else None
-    instances = crons.instances(cron_id, RUNS_LIMIT)
-    executions = [dict(i, status=i["status"]) for i in instances]
-    finished = next((i for i in instances if i["finished_at"] is not None), None)
-    row = {"id": cron["id"], "name": cron["name"], "command": cron["command"],
-           "schedule": cron["schedule"], "status": cron["status"],
-           "is_disabled": cron["isDisabled"], "last_execution_time": cron["last_execution_time"],
-           "last_running_time": cron["last_running_time"]}
-    summary = overview.cron_summary(row, executions[:overview.STRIP], finished)
-    for instance in instances:
-        instance["outcome"] = overview.outcome(instance)
-    return _render("cron.html", cron=cron, summary=summary, runs=runs[:RUNS_LIMIT],
-                   next_before=more, before=before, instances=instances,
-                   failures=overview.cron_failures(cron_id, RUNS_LIMIT), limit=RUNS_LIMIT)
+    now, shadow = int(time.time()), _shadow()
+    before = _arg_int("before", 0, 1, INT64_MAX) or None
+    found, summary = overview.cron_detail(cron, now, shadow)
+    executions = overview.cron_executions(cron_id, shadow, RUNS_LIMIT, before, found)
+    latest = executions["rows"][0] if executions["rows"] and before is None else None
+    log = None
+    if latest is not None:
+        log = overview.log_tail(current_app.extensions["qlshadow"].log_dir, latest["log_path"])
+    return _render("cron.html", cron=cron, summary=summary, rows=executions["rows"],
+                   next_before=executions["next_before"], before=before, latest=latest,
+                   log=log, shadow=shadow, failures=overview.cron_failures(cron_id, RUNS_LIMIT),
+                   limit=RUNS_LIMIT)
+
+
+@bp.route("/runs/<run_id>", methods=["GET"])
+@login_required
+def run_page(run_id: str):
+    run = reader.get_run(run_id) if reader.UUID_TEXT.fullmatch(run_id) else None
+    if run is None:
+        return _render("missing.html", 404, what=f"Run {run_id[:40]} does not exist.")
+    cron = _cron_row(run["cron_id"])
+    log = overview.log_tail(current_app.extensions["qlshadow"].log_dir,
+                            run["attempt"]["log_path"])
+    started = run["attempt"]["started_at"]
+    duration = (run["finished_at"] - started if run["finished_at"] is not None
+                and started is not None and run["finished_at"] >= started else None)
+    return _render("run.html", run=run, cron=cron, log=log, duration=duration)
 
 
 @bp.route("/gate", methods=["GET"])
@@ -310,6 +372,9 @@ def gate_page():
     return _render("gate.html", gate=data, crons=failing + passing, days=GATE_DAYS)
 
 
+NOTIFICATIONS = 50  # rows of the notification log on the health page
+
+
 @bp.route("/health", methods=["GET"])
 @login_required
 def health_page():
@@ -318,4 +383,6 @@ def health_page():
     answer = health()
     data = answer.get_json() if hasattr(answer, "get_json") else answer
     data = data.get("data", data) if isinstance(data, dict) else {}
-    return _render("health.html", health=data)
+    rows = overview.health_rows(data, _when)
+    return _render("health.html", rows=rows,
+                   notifications=overview.notification_log(NOTIFICATIONS))
