@@ -105,7 +105,8 @@ def populated(live_server, make_settings):
     from qlshadow.models import Cron
     from qlshadow.views import create_app
     settings = make_settings(**SHADOW_ON)
-    server = live_server(**SHADOW_ON)
+    # The box keeps China Standard Time (UTC+8): the page names it and offers UTC.
+    server = live_server(**SHADOW_ON, TZ="CST-8")
     env = cli_env(settings)
     viewer = json.loads(run_cli(env, "app", "create", "operator", "--scopes", "crons,runs").stdout)
     headers = {**server.headers, "Content-Type": "application/json"}

@@ -408,7 +408,22 @@ def test_times_are_in_the_boxs_zone_named_and_in_utc_on_request(page, feed, make
     assert f'href="/page/crons/{cron}?tz=local">show the box&#39;s local time</a>' in html
 
 
-def test_the_zone_toggle_keeps_the_rest_of_the_query(page, make_cron):
+@pytest.fixture
+def utc_box(monkeypatch):
+    monkeypatch.setenv("TZ", "UTC")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+def test_a_box_on_utc_offers_no_other_zone(page, make_cron, utc_box):
+    cron = make_cron(name="plain")["id"]
+    html = html_of(page, f"/page/crons/{cron}")
+    assert "times in UTC" in html and "show UTC" not in html and "tz=" not in html
+
+
+def test_the_zone_toggle_keeps_the_rest_of_the_query(page, make_cron, shanghai):
     for name in ("a", "b", "c"):
         make_cron(name=name)
     html = html_of(page, "/page/?size=2&page=2")

@@ -194,8 +194,10 @@ def _render(template: str, status: int = 200, **context):
     """
     context.setdefault("viewer", g.get("viewer"))
     zone = "UTC" if g.get("utc") else time.strftime("%Z")
+    # A box that keeps UTC as its local time has no other zone to offer.
+    local_is_utc = time.localtime().tm_gmtoff == 0 and time.strftime("%Z") in ("UTC", "GMT")
     pieces = stream_template(template, version=__version__, tz=zone, utc=g.get("utc"),
-                             **context)
+                             zone_toggle=not local_is_utc or g.get("utc"), **context)
     return Response(_chunks(pieces), status, mimetype="text/html")
 
 
