@@ -370,8 +370,8 @@ def _log_source(args) -> tuple:
         key = (ShadowRun.accepted_at == run["accepted_at"]) & (ShadowRun.id == run["id"])
 
         def run_finished() -> bool:
-            row = ShadowRun.select(ShadowRun.state).where(key).tuples().get_or_none()
-            return row is None or row[0] == "exited"
+            row = ShadowRun.select(ShadowRun.finished_at).where(key).tuples().get_or_none()
+            return row is None or row[0] is not None
         return f"Run {run['id']}", run["attempt"]["log_path"], run_finished
     if args.instance is not None:
         instance = RunningInstance.get_or_none(RunningInstance.id == args.instance)

@@ -236,7 +236,7 @@ _RUN_STARTS = ('SELECT * FROM (SELECT "cron_id", "accepted_at" FROM "shadow_runs
                'WHERE "cron_id" = {id} ORDER BY "accepted_at" DESC, "id" DESC LIMIT {n}) '
                'AS "r{id}"')
 # The few Runs no instance stands for (their start callback was lost): read whole.
-_RUN_ROWS = ('SELECT "cron_id", "accepted_at", "finished_at", "exit_code", "state" '
+_RUN_ROWS = ('SELECT "cron_id", "accepted_at", "finished_at", "exit_code" '
              'FROM "shadow_runs" WHERE "cron_id" = {id} AND "accepted_at" = {at}')
 # A cron with no success among its recent executions: its newest success, index-ordered.
 _INSTANCE_SUCCESS = ('SELECT * FROM (SELECT "cron_id", "finished_at" FROM "running_instances" '
@@ -279,8 +279,8 @@ def recent_executions(ids: list, shadow: bool) -> dict:
         seen = {e.start for e in execs}
         lone.extend((cron_id, at) for at in scheduled - seen if cutoff is None or at >= cutoff)
         out[cron_id] = execs
-    for cron_id, accepted, finished, code, state in (_union(_RUN_ROWS, lone) if lone else ()):
-        out[cron_id].append(Execution(accepted, finished, code, state != "exited", True))
+    for cron_id, accepted, finished, code in (_union(_RUN_ROWS, lone) if lone else ()):
+        out[cron_id].append(Execution(accepted, finished, code, finished is None, True))
     return out
 
 

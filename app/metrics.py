@@ -126,10 +126,12 @@ def runs_by_state() -> dict:
     from peewee import fn
 
     from .models import ShadowRun
+    from .shadow import run_state
     counts = dict.fromkeys(RUN_STATES, 0)
-    for state, number in (ShadowRun.select(ShadowRun.state, fn.COUNT(ShadowRun.state))
-                          .group_by(ShadowRun.state).tuples()):
-        counts[state] = number
+    # A Run is running until it has finished_at, then exited (shadow.run_state).
+    for finished, number in (ShadowRun.select(ShadowRun.finished_at.is_null(False), fn.COUNT(1))
+                             .group_by(ShadowRun.finished_at.is_null(False)).tuples()):
+        counts[run_state(1 if finished else None)] = number
     return counts
 
 

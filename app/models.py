@@ -146,7 +146,10 @@ class ShadowRun(BaseModel):
     a router's flash (docs/STORAGE.md measures the shapes). reader.logical_row rebuilds the
     full Run: the request id (also its idempotency key) from accepted_at and request_uuid,
     the Attempt id from those two, project, task identity and trigger fields from constants,
-    the events and recorded_at from created_at, created_running, state and finished_at.
+    the state from finished_at (a Run is "running" until it has one, then "exited": no
+    writer stores the states before running), started_at from accepted_at and started_after,
+    the events and recorded_at from accepted_at, created_after, created_running and
+    finished_at.
     """
     accepted_at = BigIntegerField()
     id = BlobField()  # the run id's 16 bytes: byte order is the text id's order
@@ -154,13 +157,16 @@ class ShadowRun(BaseModel):
     cron_id = BigIntegerField()
     task_revision = BlobField()  # sha256 of the definition, 32 bytes
     origin = SmallIntegerField()  # position in shadow.ORIGINS
-    state = TextField()
     pid = BigIntegerField(null=True)
     log_path = TextField(null=True)
-    started_at = BigIntegerField(null=True)
+    # started_at as seconds after accepted_at: 0, stored in no bytes on SQLite, when task.sh
+    # made the execution id from the start second, as it does.
+    started_after = BigIntegerField(null=True)
     finished_at = BigIntegerField(null=True)
     exit_code = IntegerField(null=True)
-    created_at = BigIntegerField()  # server time of the first callback: its events' time
+    # Server time of the first callback (its events' time) as seconds after accepted_at:
+    # a byte or none on SQLite where the full time takes six.
+    created_after = BigIntegerField()  # any pair of times the API takes: 64 bits
     created_running = SmallIntegerField()  # 1 when the first callback was "running"
 
     class Meta:

@@ -225,10 +225,11 @@ def _sql(text: str) -> str:
 # What the gate counts per cron, in one statement for every cron of the report.
 _STATS = (
     'SELECT "cron_id", COUNT(*), '
-    "SUM(CASE WHEN \"state\" = 'exited' THEN 1 ELSE 0 END), "
-    "SUM(CASE WHEN \"state\" = 'exited' AND \"exit_code\" <> 0 THEN 1 ELSE 0 END), "
+    # A Run has exited exactly when it has finished_at (shadow.run_state).
+    'SUM(CASE WHEN "finished_at" IS NOT NULL THEN 1 ELSE 0 END), '
+    'SUM(CASE WHEN "finished_at" IS NOT NULL AND "exit_code" <> 0 THEN 1 ELSE 0 END), '
     'SUM(CASE WHEN "created_running" = ? THEN 1 ELSE 0 END), '
-    "SUM(CASE WHEN \"state\" <> 'exited' AND \"accepted_at\" < ? THEN 1 ELSE 0 END), "
+    'SUM(CASE WHEN "finished_at" IS NULL AND "accepted_at" < ? THEN 1 ELSE 0 END), '
     'MIN({revision}), MAX({revision}) '
     'FROM "shadow_runs" WHERE {where} '
     'GROUP BY "cron_id"')
@@ -255,8 +256,8 @@ _RUN_IDS = ('SELECT "id" FROM "shadow_runs" WHERE "cron_id" = ? AND "accepted_at
 # at a time (on SQLite as a range of the key: one sequential pass) and joined here. A join
 # in SQL, or Runs read per cron through shadow_runs_cron, probes the Run table once per row,
 # a key lookup each, several times slower on SQLite.
-_RUN_STARTS = ('SELECT "cron_id", "pid", "started_at" FROM "shadow_runs" WHERE {where} '
-               'AND "started_at" = "accepted_at"')
+_RUN_STARTS = ('SELECT "cron_id", "pid", "accepted_at" FROM "shadow_runs" WHERE {where} '
+               'AND "started_after" = 0')  # started_at = accepted_at
 _INSTANCE_STARTS = ('SELECT "cron_id", "pid", "started_at" FROM "running_instances" '
                     'WHERE {where} AND "started_at" >= ? AND "started_at" < ?')
 # shadow_failures is capped (QL3_SHADOW_FAILURE_CAP rows): a scan is bounded.

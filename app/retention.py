@@ -266,9 +266,9 @@ class Pruner:
 # beyond them and deletes below it, a range of the key. (Not "key IN (subquery)": SQLite
 # 3.40 looks a row value of an integer and a text column up by its first column only.)
 _EXPIRED_RUNS_STOP = ('SELECT "accepted_at", "id" FROM "shadow_runs" WHERE "accepted_at" < ? '
-                      'AND "state" = \'exited\' ORDER BY "accepted_at", "id" LIMIT 1 OFFSET ?')
+                      'AND "finished_at" IS NOT NULL ORDER BY "accepted_at", "id" LIMIT 1 OFFSET ?')
 _EXPIRED_RUNS = ('DELETE FROM "shadow_runs" WHERE ("accepted_at", "id") < (?, ?) AND '
-                 '"state" = \'exited\' AND "finished_at" < ?')
+                 '"finished_at" < ?')
 # Ids grow with insertion time, so the oldest finished rows come first by primary key;
 # running rows are skipped (they may still finish) and only those finished before the
 # cutoff among the first `limit` are deleted, so a step reads a bounded number of rows.
@@ -454,7 +454,7 @@ def _expired_runs_all(cutoff: int) -> int:
                       'LIMIT 1 OFFSET ?')
     delete = prebuilt('DELETE FROM "shadow_runs" WHERE "accepted_at" < ? AND '
                       '("accepted_at", "id") > (?, ?) AND ("accepted_at", "id") <= (?, ?) '
-                      'AND "state" = \'exited\' AND "finished_at" < ?')
+                      'AND "finished_at" < ?')  # an exited Run's (none while running)
     last = prebuilt('SELECT "accepted_at", "id" FROM "shadow_runs" WHERE "accepted_at" < ? '
                     'ORDER BY "accepted_at" DESC, "id" DESC LIMIT 1')
     after, total = (-2**62, b""), 0

@@ -169,9 +169,13 @@ def _slim(row: tuple) -> tuple:
     first = events.split(None, 3)  # accepted@t spawned@t [running@t] ...
     created = int(first[0].partition("@")[2])
     running = 1 if len(first) > 2 and first[2].startswith("running@") else 0
+    if state == "exited" and finished is None:  # the slim row's state is "has finished_at"
+        finished = int(events.rpartition("@")[2])
+    elif state != "exited":
+        finished = None
     return (accepted, uuid_bytes(run), request_uuid(request), cron, bytes.fromhex(revision),
-            ORIGINS.index(origin), state, pid, log_path, started, finished, exit_code, created,
-            running)
+            ORIGINS.index(origin), pid, log_path, None if started is None else started - accepted,
+            finished, exit_code, created - accepted, running)
 
 
 def _driver_errors(db: Database) -> tuple:
@@ -185,8 +189,8 @@ def _driver_errors(db: Database) -> tuple:
 
 MOVE_COLUMNS = ("accepted_at", "id", "request_id", "cron_id", "task_revision", "origin",
                 "state", "pid", "log_path", "started_at", "finished_at", "exit_code", "events")
-MOVED = ("accepted_at", "id", "request_uuid", "cron_id", "task_revision", "origin", "state",
-         "pid", "log_path", "started_at", "finished_at", "exit_code", "created_at",
+MOVED = ("accepted_at", "id", "request_uuid", "cron_id", "task_revision", "origin",
+         "pid", "log_path", "started_after", "finished_at", "exit_code", "created_after",
          "created_running")
 
 

@@ -183,6 +183,7 @@ def steady(base: str, baseline: str | None, crons: int, warm_minutes: int,
                     os.symlink(os.path.join(os.path.abspath(tree), "app"),
                                os.path.join(pkg, "qlshadow"))
                 env["PYTHONPATH"] = pkg
+                env["BENCH_TREE"] = tree
             child = subprocess.run(
                 [sys.executable, os.path.abspath(__file__), "--steady-one",
                  "on" if shadow else "off", "--steady-crons", str(crons),
@@ -359,6 +360,11 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     base = tempfile.mkdtemp(prefix="qlshadow-storage-", dir=args.workdir)
     if args.steady_one:  # a child of steady: one configuration, one JSON line
+        if os.environ.get("BENCH_TREE"):
+            # The tree on PYTHONPATH, not the checkout an editable install of the product
+            # maps `qlshadow` to (its finder is on sys.meta_path, ahead of PYTHONPATH).
+            sys.meta_path[:] = [f for f in sys.meta_path
+                                if not getattr(f, "__module__", "").startswith("__editable__")]
         print(json.dumps(steady_one(base, args.steady_one == "on", args.steady_crons,
                                     args.warm_minutes, args.steady_minutes, args.page_size,
                                     args.checkpoint_pages)))

@@ -18,6 +18,7 @@ from qlshadow import db, retention
 from qlshadow.auth import TOKENS_KEPT_PER_APP, issue_token, system_token
 from qlshadow.legacy import apply_status_callback, parse_status_callback
 from qlshadow.models import App, RunningInstance, ShadowRun, Token
+from qlshadow.shadow import run_state
 from qlshadow.shadow.ids import run_id
 from qlshadow.shadow.writer import observe
 from conftest import ROOT, SHADOW_ON, cli_env, http, run_cli
@@ -52,7 +53,7 @@ def execution(cron_id: int, n: int, started: int, finished: int | None) -> None:
 def runs() -> dict:
     """{execution number: state} of every stored Run."""
     with db.connected():
-        return {int.from_bytes(bytes(r.request_uuid)[:4], "big"): r.state
+        return {int.from_bytes(bytes(r.request_uuid)[:4], "big"): run_state(r.finished_at)
                 for r in ShadowRun.select()}
 
 

@@ -90,7 +90,7 @@ def test_the_upgraded_database_admits_runs(old_database):
             "execution_id": "legacy-system:1764460800:3f2b8c1e-9d4a-4e6b-8f1a-2c3d4e5f6a7b"})
         assert observe(cb, apply_status_callback(cb, 1764460900), 1764460900, 10) == "created"
     with database.connection_context():
-        assert [r["state"] for r in ShadowRun.select().dicts()] == ["exited"]
+        assert [reader.logical_row(r)["state"] for r in ShadowRun.select().dicts()] == ["exited"]
 
 
 @pytest.mark.parametrize("backend", ["sqlite"])

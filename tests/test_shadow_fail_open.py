@@ -72,7 +72,7 @@ def test_a_failing_state_change_keeps_the_run_as_it_was(client, auth, legacy_twi
     twin_answers, twin_legacy = legacy_twin([CRON, callback(0), callback(1)])
     assert answers == twin_answers[1:]
     assert legacy_rows() == twin_legacy
-    assert [(r["state"], logical_row(r)["events"].count("@"))
+    assert [(logical_row(r)["state"], logical_row(r)["events"].count("@"))
             for r in ShadowRun.select().dicts()] == [
         ("running", 3)]
     assert [f["reason"] for f in failure_rows()] == ["writer_error"]

@@ -3,6 +3,12 @@ and the read side (no Flask)."""
 
 # A Run's states, in the order a Run moves through them (docs/CONTRACT.md §4.3).
 RUN_STATES = ("accepted", "spawned", "running", "exited")
+
+
+def run_state(finished_at) -> str:
+    """A stored Run's state: the writer stores Runs running or exited, and only an exited
+    one has finished_at (models.ShadowRun keeps no state column)."""
+    return "running" if finished_at is None else "exited"
 # Where a Run came from, stored as its position here; each with its fixed trigger fields
 # (trigger_type, triggered_by, execution_owner). Append only: positions are stored.
 ORIGINS = ("scheduled_system",)

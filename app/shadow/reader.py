@@ -6,7 +6,7 @@ import re
 from peewee import Tuple
 
 from ..models import ShadowFailure, ShadowRun
-from . import ORIGINS, TRIGGERS
+from . import ORIGINS, TRIGGERS, run_state
 from .ids import (MAX_SECONDS, PROJECT_ID, attempt_id, request_id_of, seconds_of_run_id,
                   uuid_bytes, uuid_text)
 
@@ -23,11 +23,12 @@ def logical_row(stored: dict) -> dict:
     request_id = request_id_of(seconds, stored["request_uuid"])
     origin = ORIGINS[stored["origin"]]
     trigger_type, triggered_by, owner = TRIGGERS[origin]
-    created = stored["created_at"]
+    created = seconds + stored["created_after"]
     events = f"accepted@{created} spawned@{created}"
     if stored["created_running"]:
         events += f" running@{created}"
-    exited = stored["state"] == "exited"
+    state = run_state(stored["finished_at"])
+    exited = state == "exited"
     if exited:
         events += f" exited@{stored['finished_at']}"
     return {
@@ -38,9 +39,10 @@ def logical_row(stored: dict) -> dict:
         "request_id": request_id, "task_identity": f"legacy-cron:{stored['cron_id']}",
         "cron_id": stored["cron_id"], "task_revision": bytes(stored["task_revision"]).hex(),
         "origin": origin, "trigger_type": trigger_type, "triggered_by": triggered_by,
-        "execution_owner": owner, "accepted_at": seconds, "state": stored["state"],
+        "execution_owner": owner, "accepted_at": seconds, "state": state,
         "pid": stored["pid"], "log_path": stored["log_path"],
-        "started_at": stored["started_at"], "finished_at": stored["finished_at"],
+        "started_at": None if stored["started_after"] is None else seconds + stored["started_after"],
+        "finished_at": stored["finished_at"],
         "exit_code": stored["exit_code"], "events": events,
         # A Run changes twice at most: when made, and when it exits (then finished_at).
         "recorded_at": stored["finished_at"] if exited else created,
@@ -87,10 +89,12 @@ def list_runs(cron_id: int | None, state: str | None, limit: int, before: str | 
     query = ShadowRun.select()
     if cron_id is not None:
         query = query.where(ShadowRun.cron_id == cron_id)
+    if state in ("accepted", "spawned"):  # states no stored Run is in (run_state)
+        return []
     if state is not None:
-        query = query.where(ShadowRun.state == state)
+        query = query.where(ShadowRun.finished_at.is_null(state == "running"))
     if failed:
-        query = query.where(ShadowRun.state == "exited", ShadowRun.exit_code != 0)
+        query = query.where(ShadowRun.finished_at.is_null(False), ShadowRun.exit_code != 0)
     if since is not None:
         query = query.where(ShadowRun.accepted_at >= since)
     if until is not None:

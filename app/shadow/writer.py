@@ -16,7 +16,7 @@ from peewee import fn
 from ..db import Statement, savepoint, slot
 from ..legacy import NOT_GIVEN, StatusCallback
 from ..models import DEFINITION_FIELDS, ShadowFailure, ShadowRun, database, storable
-from . import ORIGINS, RUN_STATES
+from . import ORIGINS, RUN_STATES, run_state
 from .ids import (attempt_id, parse_execution_id, request_id_of, request_uuid, revision_doc,
                   run_id, task_revision, uuid_bytes)
 
@@ -133,9 +133,8 @@ def _admit(cb: StatusCallback, cron: dict, request_id: str, seconds: int, now: i
             return "advanced", ()
     # ON CONFLICT DO NOTHING, not INSERT OR IGNORE: only the key conflict is ignored,
     # a NOT NULL or trigger failure still raises and fails open above.
-    values.update(state=target, started=started,
-                  finished_at=now if target == "exited" else None,
-                  created_running=1 if target == "running" else 0)
+    values.update(started_after=started - seconds, finished_at=now if target == "exited" else None,
+                  created_after=now - seconds, created_running=1 if target == "running" else 0)
     if _INSERT_RUN.execute(values).rowcount:
         return "created", ()
     stored = _load(values)  # it existed, or another transaction inserted it first
@@ -143,16 +142,15 @@ def _admit(cb: StatusCallback, cron: dict, request_id: str, seconds: int, now: i
     drift = _drift(stored, request_id, seconds, revision, cron["id"])
     if drift:
         return "drift", drift
-    if RANK[target] <= RANK[stored["state"]]:
+    if RANK[target] <= RANK[run_state(stored["finished_at"])]:
         return "replayed", ()
-    # The only forward move from a stored state is running -> exited. The state in the WHERE
-    # makes it compare-and-set: if a concurrent writer got there first, nothing changes.
+    # The only forward move from a stored state is running -> exited. "Not finished" in the
+    # WHERE makes it compare-and-set: if a concurrent writer got there first, nothing changes.
     changed = _ADVANCE_RUN.execute({
-        "state": target, "now": now, "exit_code": exit_code,
+        "now": now, "exit_code": exit_code,
         "pid": stored["pid"] if stored["pid"] is not None else pid,
         "log_path": stored["log_path"] if stored["log_path"] is not None else log_path,
-        "stored_state": stored["state"], "accepted_at": seconds,
-        "id": values["id"]}).rowcount
+        "accepted_at": seconds, "id": values["id"]}).rowcount
     return ("advanced" if changed else "replayed"), ()
 
 
@@ -165,30 +163,31 @@ def _key():
 
 
 _MATCHED = ("request_uuid", "task_revision", "cron_id", "origin")  # stored replay fields
-_LOAD_FIELDS = _MATCHED + ("state", "pid", "log_path")
+_LOAD_FIELDS = _MATCHED + ("finished_at", "pid", "log_path")
 _LOAD_RUN = Statement(lambda: ShadowRun.select(
     *(getattr(ShadowRun, f) for f in _LOAD_FIELDS)).where(_key()))
 _INSERT_RUN = Statement(lambda: ShadowRun.insert({
-    ShadowRun.state: slot("state"), ShadowRun.pid: slot("pid"),
-    ShadowRun.log_path: slot("log_path"), ShadowRun.started_at: slot("started"),
+    ShadowRun.pid: slot("pid"),
+    ShadowRun.log_path: slot("log_path"), ShadowRun.started_after: slot("started_after"),
     ShadowRun.finished_at: slot("finished_at"), ShadowRun.exit_code: slot("exit_code"),
-    ShadowRun.created_at: slot("now"), ShadowRun.created_running: slot("created_running"),
+    ShadowRun.created_after: slot("created_after"),
+    ShadowRun.created_running: slot("created_running"),
     **{getattr(ShadowRun, f): slot(f) for f in ("accepted_at", "id") + _MATCHED}})
     .on_conflict(conflict_target=[ShadowRun.accepted_at, ShadowRun.id],
                  action="NOTHING").returning())
 _ADVANCE_RUN = Statement(lambda: ShadowRun.update({
-    ShadowRun.state: slot("state"), ShadowRun.finished_at: slot("now"),
+    ShadowRun.finished_at: slot("now"),
     ShadowRun.exit_code: slot("exit_code"), ShadowRun.pid: slot("pid"),
     ShadowRun.log_path: slot("log_path")})
-    .where(_key() & (ShadowRun.state == slot("stored_state"))))
+    .where(_key() & ShadowRun.finished_at.is_null()))
 
 
 def _finish_run():
-    where = _key() & (ShadowRun.state != "exited")
+    where = _key() & ShadowRun.finished_at.is_null()
     for f in _MATCHED:
         where &= getattr(ShadowRun, f) == slot(f)
     return ShadowRun.update({
-        ShadowRun.state: "exited", ShadowRun.finished_at: slot("now"),
+        ShadowRun.finished_at: slot("now"),
         ShadowRun.exit_code: slot("exit_code"),
         ShadowRun.pid: fn.COALESCE(ShadowRun.pid, slot("pid")),
         ShadowRun.log_path: fn.COALESCE(ShadowRun.log_path, slot("log_path"))}).where(where)
