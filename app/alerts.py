@@ -25,7 +25,7 @@ from __future__ import annotations
 import socket
 import time
 
-from peewee import SQL, fn
+from peewee import JOIN, SQL, fn
 
 from . import db, events
 from .models import INSTANCE_RUNNING, AlertDelivery, AlertEvent, Cron, RunningInstance
@@ -248,7 +248,7 @@ def notify_log(limit: int = 50) -> list:
                     AlertDelivery.attempts, AlertDelivery.last_error, AlertDelivery.updated_at)
             .join(Cron, on=(AlertEvent.cron == Cron.id))
             .switch(AlertEvent)
-            .join(AlertDelivery, "LEFT OUTER", on=(AlertDelivery.event == AlertEvent.id))
+            .join(AlertDelivery, JOIN.LEFT_OUTER, on=(AlertDelivery.event == AlertEvent.id))
             .order_by(AlertEvent.id.desc(), AlertDelivery.channel)
             .limit(limit).tuples())
     out = []

@@ -225,7 +225,7 @@ def render(counters: Counters, settings=None, policy=None) -> str:
                "Requests whose database work failed and was rolled back, since start.",
                [({}, counts["write_errors"])])
     from peewee import DatabaseError, InterfaceError
-    healths = failures = None
+    healths = failures = notifications = None
     try:
         sizes, runs, finishes = storage_bytes(), runs_by_state(), last_finishes()
         if settings is not None:
@@ -234,11 +234,13 @@ def render(counters: Counters, settings=None, policy=None) -> str:
                                       shadow="scheduled_system" in settings.shadow_origins,
                                       count_missed=True)
             failures = cron_failures()
+            from .alerts import counts_by_channel
+            notifications = counts_by_channel()
     except (DatabaseError, InterfaceError):
         # The counters matter most while the database fails: answer them without its part.
         from .db import discard_connection
         discard_connection()
-        sizes = runs = finishes = healths = None
+        sizes = runs = finishes = healths = notifications = None
     out.family("qlshadow_database_up", "gauge",
                "1 when the database answered this scrape's reads, else 0.",
                [({}, 0 if sizes is None else 1)])
@@ -268,6 +270,12 @@ def render(counters: Counters, settings=None, policy=None) -> str:
                    [({"cron_id": c, "name": n}, at) for c, n, _, at in finishes])
     if healths is not None:
         _cron_families(out, sorted(healths, key=lambda h: h["cron_id"]), failures)
+    if notifications is not None:
+        out.family("qlshadow_notifications", "counter",
+                   "Alert deliveries stored (within retention), by channel and outcome: sent, "
+                   "pending (tried again by a later notify tick), given_up.",
+                   [({"channel": channel, "outcome": outcome}, n)
+                    for (channel, outcome), n in sorted(notifications.items())])
     if settings is not None:
         _host_families(out, settings)
     rss = process_rss_bytes()
