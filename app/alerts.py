@@ -22,6 +22,7 @@ nothing (docs/ALERTS.md measures it).
 """
 from __future__ import annotations
 
+import os
 import socket
 import time
 
@@ -67,12 +68,54 @@ def tick(settings, channels: list, now: int | None = None, send=None) -> dict:
 
 # --- 1. find -----------------------------------------------------------------------------
 
+FIRINGS_FILE = "notify-firings.json"
+
+
+def _load_firings(settings) -> list:
+    """The firings near now that earlier ticks worked out (health keeps them per process:
+    each tick is a new process, and working them out is most of an idle tick's own work)."""
+    import json
+    from . import health
+    path = os.path.join(settings.data_dir, FIRINGS_FILE)
+    try:
+        with open(path, encoding="utf-8") as fh:
+            kept = json.load(fh)
+        if kept.get("zone") == list(_zone_key()) and kept.get("version") == 2:
+            health.keep_near_firings(kept["near"])
+            return kept["near"]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        pass  # none yet, or unreadable: worked out again, and written anew
+    return []
+
+
+def _zone_key() -> tuple:
+    return (time.timezone, time.altzone, time.daylight, list(time.tzname))
+
+
+def _keep_firings(settings, loaded: list, now: int) -> None:
+    """Write the firings back only when a tick worked out new ones (about every two hours
+    per schedule: each entry covers four hours ahead), so an idle tick writes nothing."""
+    import json
+    from . import health
+    from .files import write_private
+    near = [e for e in health.near_firings() if e[3] > now]
+    if sorted(tuple(e[:4]) for e in near) == sorted(tuple(e[:4]) for e in loaded):
+        return
+    try:
+        write_private(os.path.join(settings.data_dir, FIRINGS_FILE),
+                      json.dumps({"version": 2, "zone": list(_zone_key()), "near": near}))
+    except OSError:
+        pass  # a cache: the next tick works them out again
+
+
 def find_changes(settings, now: int) -> int:
     """Record the missed and stuck crons (and their recovery) the schedule shows."""
     from . import health
+    loaded = _load_firings(settings)
     with db.connected():
         healths = health.read_all(now, shadow=settings.shadow_on)
         alerted = dict(Cron.select(Cron.id, Cron.alert_state).tuples())
+    _keep_firings(settings, loaded, now)
     changes = []
     for h in healths:
         old = alerted.get(h["cron_id"])

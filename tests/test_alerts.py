@@ -368,3 +368,27 @@ def test_metrics_count_notifications_by_channel_and_outcome(
     text = client.get("/metrics", headers={"Authorization": f"Bearer {scrape}"}).data.decode()
     assert 'qlshadow_notifications_total{channel="ntfy",outcome="sent"} 1' in text
     assert 'qlshadow_notifications_total{channel="ntfy",outcome="pending"} 1' in text
+
+
+def test_an_idle_tick_writes_nothing_and_reuses_the_firings_it_kept(
+        settings, make_cron, receiver):
+    make_cron(name="daily", schedule="0 3 * * *")
+    make_cron(name="often", schedule="*/7 * * * *")
+    channels, now = channels_of(receiver), int(time.time())
+    tick(settings, channels, now)
+    kept = os.path.join(settings.data_dir, alerts.FIRINGS_FILE)
+    before = os.stat(kept)
+    database = db.database.obj.database
+
+    def sizes():
+        return [os.path.getsize(p) if os.path.exists(p) else 0
+                for p in (database, database + "-wal")] if db.is_sqlite() else []
+
+    written = sizes()
+    from qlshadow import health
+    health._NEAR.clear()  # as in a new process: only the file can give them back
+    assert tick(settings, channels, now + 60) == dict.fromkeys(
+        ("found", "queued", "sent", "retrying", "given_up"), 0)
+    assert os.stat(kept).st_ino == before.st_ino and os.stat(kept).st_mtime == before.st_mtime
+    assert sizes() == written
+    assert receiver.requests == []
