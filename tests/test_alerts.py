@@ -392,3 +392,40 @@ def test_an_idle_tick_writes_nothing_and_reuses_the_firings_it_kept(
     assert os.stat(kept).st_ino == before.st_ino and os.stat(kept).st_mtime == before.st_mtime
     assert sizes() == written
     assert receiver.requests == []
+
+
+def test_an_event_rolls_back_with_the_callback_that_wrote_it(client, auth, make_cron):
+    from qlshadow.legacy import apply_status_callback, parse_status_callback
+    cron = make_cron(schedule="@once")
+    cb = parse_status_callback({"ids": [cron["id"]], "status": 1, "pid": 5, "exit_code": 9})
+    with db.database.connection_context():
+        with pytest.raises(RuntimeError), db.write_transaction():
+            apply_status_callback(cb, int(time.time()))
+            assert AlertEvent.select().count() == 1  # written inside the transaction
+            raise RuntimeError("the rest of the callback failed")
+        assert AlertEvent.select().count() == 0
+        assert Cron.get_by_id(cron["id"]).alert_state is None
+
+
+def test_events_older_than_the_retention_go_with_their_deliveries(
+        settings, client, auth, make_cron, receiver):
+    cron = make_cron(schedule="@once")
+    run(client, auth, cron["id"], 2, pid=1)
+    now = int(time.time())
+    tick(settings, channels_of(receiver), now)
+    run(client, auth, cron["id"], 0, pid=2)
+    later = now + settings.retention_days * 86400 + 60
+    with db.database.connection_context():
+        AlertEvent.update(at=later - 10).where(AlertEvent.state == "ok").execute()
+        alerts.prune(settings, later)
+    assert events() == [("ok", "failed")]
+    assert deliveries() == []
+
+
+def test_deleting_a_cron_deletes_its_events_and_deliveries(
+        settings, client, auth, make_cron, receiver):
+    cron = make_cron(schedule="@once")
+    run(client, auth, cron["id"], 2, pid=1)
+    tick(settings, channels_of(receiver), int(time.time()))
+    assert client.delete("/open/crons", json=[cron["id"]], headers=auth).status_code == 200
+    assert events() == [] and deliveries() == []
