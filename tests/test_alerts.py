@@ -429,3 +429,17 @@ def test_deleting_a_cron_deletes_its_events_and_deliveries(
     tick(settings, channels_of(receiver), int(time.time()))
     assert client.delete("/open/crons", json=[cron["id"]], headers=auth).status_code == 200
     assert events() == [] and deliveries() == []
+
+
+def test_the_callbacks_retention_step_deletes_old_events_without_any_channel(
+        settings, client, auth, make_cron):
+    from qlshadow import retention
+    cron = make_cron(schedule="@once")
+    run(client, auth, cron["id"], 2, pid=1)
+    run(client, auth, cron["id"], 0, pid=2)
+    with db.database.connection_context():
+        first = AlertEvent.select(AlertEvent.id).order_by(AlertEvent.id).scalar()
+        AlertEvent.update(at=1).where(AlertEvent.id == first).execute()
+    for pid in range(retention.PRUNE_EVERY):  # one retention step on the write path
+        callback(client, auth, cron["id"], 2, pid=100 + pid)
+    assert events() == [("ok", "failed")]
