@@ -187,8 +187,10 @@ def deliver(settings, channels: list, now: int, send):
         if channel is None:
             ok, reason = False, NOT_CONFIGURED
         else:
-            title, content = message(settings, event_id)
-            result = send(channel, title, content)
+            text = message(settings, event_id)
+            if text is None:
+                continue  # its cron was deleted meanwhile, and the delivery with it
+            result = send(channel, *text)
             ok, reason = result.ok, result.reason
         yield _record(event_id, name, attempts, ok, reason, now, give_up=channel is None)
 
@@ -224,14 +226,16 @@ def _record(event_id: int, name: str, attempts: int, ok: bool, reason: str, now:
     return outcome
 
 
-def message(settings, event_id: int) -> tuple[str, str]:
+def message(settings, event_id: int) -> tuple[str, str] | None:
     """(title, content) of an event: the cron, its state, the time, the exit code and the
-    last lines of its log."""
+    last lines of its log; None when the event is gone."""
     from .timefmt import local_text
     with db.connected():
         event = (AlertEvent.select(AlertEvent, Cron.name)
                  .join(Cron, on=(AlertEvent.cron == Cron.id))
-                 .where(AlertEvent.id == event_id).dicts().get())
+                 .where(AlertEvent.id == event_id).dicts().get_or_none())
+    if event is None:
+        return None
     name, state = event["name"], event["state"]
     lines = [f'Cron {event["cron"]} "{name}" {_STATE_WORDS.get(state, state)} at '
              f'{local_text(event["at"])}, on {socket.gethostname()}.']
