@@ -189,6 +189,20 @@ def _cron_families(out: _Text, healths: list, failures: dict) -> None:
                [(labels, h["missed_recent"]) for labels, h in labelled])
 
 
+NOTIFICATION_OUTCOMES = ("sent", "pending", "given_up")
+
+
+def _channel_names(settings) -> list:
+    """The configured notification channels: each has its series from 0, so increase()
+    sees its first delivery (docs/ALERTS.md)."""
+    from . import notify
+    try:
+        values = notify.load_settings(config_file=settings.config_file)
+        return [channel.name for channel in notify.configured_channels(values)]
+    except (ValueError, OSError):  # a bad conf value: the notify command names it
+        return []
+
+
 def _host_families(out: _Text, settings) -> None:
     """Free bytes where the data lives, and (system mode) whether the crontab is installed."""
     from .db import free_bytes
@@ -271,11 +285,14 @@ def render(counters: Counters, settings=None, policy=None) -> str:
     if healths is not None:
         _cron_families(out, sorted(healths, key=lambda h: h["cron_id"]), failures)
     if notifications is not None:
+        counts = dict.fromkeys(((name, outcome) for name in _channel_names(settings)
+                                for outcome in NOTIFICATION_OUTCOMES), 0)
+        counts.update(notifications)
         out.family("qlshadow_notifications", "counter",
                    "Alert deliveries stored (within retention), by channel and outcome: sent, "
                    "pending (tried again by a later notify tick), given_up.",
                    [({"channel": channel, "outcome": outcome}, n)
-                    for (channel, outcome), n in sorted(notifications.items())])
+                    for (channel, outcome), n in sorted(counts.items())])
     if settings is not None:
         _host_families(out, settings)
     rss = process_rss_bytes()

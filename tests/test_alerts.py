@@ -356,8 +356,10 @@ def test_a_bad_limit_is_a_400_naming_it(client, auth, query):
 
 
 def test_metrics_count_notifications_by_channel_and_outcome(
-        settings, client, auth, make_cron, receiver):
+        settings, client, auth, make_cron, receiver, monkeypatch):
     from qlshadow.auth import issue_metrics_token
+    for key, value in dict(ntfy(receiver), GOTIFY_URL=receiver.url, GOTIFY_TOKEN="t").items():
+        monkeypatch.setenv(key, value)  # the server's environment: two channels
     cron = make_cron(schedule="@once")
     run(client, auth, cron["id"], 2, pid=1)
     run(client, auth, cron["id"], 0, pid=2)
@@ -368,6 +370,9 @@ def test_metrics_count_notifications_by_channel_and_outcome(
     text = client.get("/metrics", headers={"Authorization": f"Bearer {scrape}"}).data.decode()
     assert 'qlshadow_notifications_total{channel="ntfy",outcome="sent"} 1' in text
     assert 'qlshadow_notifications_total{channel="ntfy",outcome="pending"} 1' in text
+    assert 'qlshadow_notifications_total{channel="ntfy",outcome="given_up"} 0' in text
+    # A configured channel that never sent has its series from 0.
+    assert 'qlshadow_notifications_total{channel="gotify",outcome="given_up"} 0' in text
 
 
 def test_an_idle_tick_writes_nothing_and_reuses_the_firings_it_kept(
