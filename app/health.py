@@ -295,7 +295,7 @@ def _older_successes(ids: list) -> dict:
 # _NEAR_FIRINGS firings (a wide window of a frequent schedule is not); cleared when full.
 _NEAR: dict = {}
 _NEAR_MAX = 256
-_NEAR_FIRINGS = 1024
+_NEAR_FIRINGS = 512
 
 
 def _zone() -> tuple:
