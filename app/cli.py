@@ -467,9 +467,11 @@ def cmd_reconcile(args) -> int:
 
 
 def cmd_notify(args) -> int:
-    """Send a test message through every configured notification channel, one line each."""
+    """The tick (alerts.py), or with --test a test message through every channel."""
     from . import notify  # only this command sends notifications: keep it off other paths
     channels = notify.configured_channels(notify.load_settings(config_file=args.config))
+    if not args.test:
+        return _notify_tick(args, channels)
     if not channels:
         raise CliError("no notification channel is configured; docs/NOTIFY.md lists the "
                        "variables (WEBHOOK_URL, TG_BOT_TOKEN, SMTP_SERVER, ...)")
@@ -480,6 +482,19 @@ def cmd_notify(args) -> int:
         print(f"{channel.name}: {'ok' if result.ok else 'FAILED'}: {result.reason}", flush=True)
         failed += not result.ok
     return 1 if failed else 0
+
+
+def _notify_tick(args, channels: list) -> int:
+    if not channels:
+        return 0  # nothing to send: crond's every-minute tick costs a start-up and no more
+    from .alerts import tick
+    settings = _settings(args)
+    database, _ = db.open_database(settings, create=False)
+    with database.connection_context():
+        done = tick(settings, channels)
+    if args.verbose:
+        print(" ".join(f"{key}={value}" for key, value in done.items()))
+    return 0
 
 
 _STATUS_COLUMNS = (("cron", "cron_id"), ("name", "name"), ("state", "state"),
@@ -700,10 +715,14 @@ def build_parser() -> argparse.ArgumentParser:
                        "(QL_RETENTION_*); print what was deleted")
     p.set_defaults(func=cmd_prune)
 
-    p = sub.add_parser("notify", help="notification channels (docs/NOTIFY.md); exit 0 when "
-                       "every channel took the message, 1 otherwise")
-    p.add_argument("--test", action="store_true", required=True,
-                   help="send a test message through every configured channel")
+    p = sub.add_parser("notify", help="the alert tick crond runs every minute: find missed and "
+                       "stuck crons, send new events through every channel, retry failed "
+                       "sends (docs/ALERTS.md); --test: a test message (docs/NOTIFY.md)")
+    p.add_argument("--test", action="store_true",
+                   help="send a test message through every configured channel; exit 0 when "
+                   "every channel took it, 1 otherwise")
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="print what the tick did (found, queued, sent, retrying, given_up)")
     p.set_defaults(func=cmd_notify)
 
     p = sub.add_parser("status", help="the health of every cron (ok, failed, late, missed, "

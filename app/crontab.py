@@ -92,6 +92,9 @@ MAX_COMMAND_BYTES = 998
 MAX_LINES_NON_ROOT = 255
 RUNNER_ENV = "runner.env"
 RUNNER_CONF = "runner.conf"
+# The settings of the block's `qlshadow notify` line: the database, Shadow's origins, the
+# retention and the notification channels as the server sees them (0600, like runner.conf).
+NOTIFY_CONF = "notify.conf"
 # Bytes a crontab line carries as they are: printable ASCII except '#' (BusyBox: comment),
 # '%' (Vixie: line break) and '\\' (Vixie eats it; BusyBox joins a line ending in one to the
 # next). Quotes are left to shlex.quote; other UTF-8 passes as is (measured on both).
@@ -219,16 +222,35 @@ HEADER_SYSTEM = ("# qlshadow crontab (system mode): generated from the database;
 HEADER_NODE = "# qlshadow crontab (node mode): every line is a comment, nothing is installed"
 
 
+NOTIFY_UNAVAILABLE = ("# qlshadow notify: the path of the qlshadow command or of the data dir "
+                      "cannot sit on a crontab line; run `qlshadow notify` every minute yourself")
+
+
+def notify_line(settings) -> str:
+    """The block's own line: `qlshadow notify` every minute with the server's settings
+    (alerts.py), so crond is the only clock. A comment in node mode, like every line."""
+    conf = os.path.join(os.path.abspath(settings.data_dir), NOTIFY_CONF)
+    command = f"{cli_command()} --config {shlex.quote(conf)} notify"
+    if needs_escape(command) or len(command.encode("utf-8")) > MAX_COMMAND_BYTES:
+        return NOTIFY_UNAVAILABLE
+    text = f"* * * * * {command}"
+    return text if settings.scheduler == "system" else "# " + text
+
+
 def render_rows(settings, rows: list) -> tuple:
-    """(text, active lines) of our block's content for these cron rows."""
+    """(text, active lines) of our block's content for these cron rows.
+
+    Active lines count the crons only: the notify line alone installs no block.
+    """
     scripts = shell_dir()
     header = HEADER_SYSTEM if settings.scheduler == "system" else HEADER_NODE
     lines = [line(settings, cron, scripts) for cron in rows]
     active = sum(1 for text in lines if not text.startswith("#"))
-    if active > MAX_LINES_NON_ROOT and os.geteuid() != 0:
-        raise CrontabError(f"{active} active crons: BusyBox crond reads only the first "
-                           f"{MAX_LINES_NON_ROOT} lines of a non-root user's crontab")
-    return "".join(f"{text}\n" for text in [header] + lines), active
+    if active + 1 > MAX_LINES_NON_ROOT and os.geteuid() != 0:
+        raise CrontabError(f"{active} active crons and the notify line: BusyBox crond reads "
+                           f"only the first {MAX_LINES_NON_ROOT} lines of a non-root user's "
+                           "crontab")
+    return "".join(f"{text}\n" for text in [header] + lines + [notify_line(settings)]), active
 
 
 def render(settings) -> str:
@@ -288,6 +310,8 @@ def prepare_runner(settings) -> None:
         protect_data_dir(settings)
         for name, text in ((RUNNER_CONF, conf), (RUNNER_ENV, shell_env)):
             _write_if_changed(os.path.join(data, name), text)
+        if not os.path.exists(os.path.join(data, NOTIFY_CONF)):
+            write_notify_conf(settings)  # the server's start writes it again with its own
     except OSError as exc:
         raise CrontabError(f"cannot write the task files in {data}: {exc.strerror or exc}") from None
     from peewee import DatabaseError, InterfaceError
@@ -303,6 +327,34 @@ def prepare_runner(settings) -> None:
     except (DatabaseError, InterfaceError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise CrontabError(f"cannot issue the runner token: {first}") from None
+
+
+def notify_conf_text(settings, environ=None) -> str:
+    """The text of notify.conf: what `qlshadow notify` needs, as this process sees it.
+
+    The channels' variables come from the conf file and the environment (notify.py's
+    rule: the environment wins), so a channel set only in the service's environment
+    reaches the tick that crond starts with almost no environment.
+    """
+    from .notify import MULTILINE_KEYS, load_settings
+    pairs = [("QL_DATA_DIR", os.path.abspath(settings.data_dir)),
+             ("QL_DB_URL", _absolute_db_url(settings.db_url)),
+             ("QL_DB_TIMEOUT", str(settings.db_timeout)),
+             ("QL3_SHADOW_ORIGINS", ",".join(sorted(settings.shadow_origins))),
+             ("QL_RETENTION_DAYS", str(settings.retention_days))]
+    for key, value in sorted(load_settings(environ, settings.config_file).items()):
+        if key in MULTILINE_KEYS:
+            value = value.replace("\r\n", "\n").replace("\n", "\\n")
+        if "\n" in value or "\r" in value:
+            continue  # a KEY=VALUE line cannot hold it; notify --test names the channel
+        pairs.append((key, value))
+    return "".join(f'{key}="{value}"\n' for key, value in pairs)
+
+
+def write_notify_conf(settings, environ=None) -> None:
+    """Write notify.conf in the data dir (0600) if its text changed."""
+    path = os.path.join(os.path.abspath(settings.data_dir), NOTIFY_CONF)
+    _write_if_changed(path, notify_conf_text(settings, environ))
 
 
 def _absolute_db_url(url: str) -> str:

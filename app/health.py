@@ -289,15 +289,32 @@ def _older_successes(ids: list) -> dict:
     return {cron_id: at for cron_id, at in _union(_INSTANCE_SUCCESS, ids)} if ids else {}
 
 
-# Firings of the first window, by (schedule, local zone): (lo, hi, firings). A schedule's
-# firings near now change only with the clock, so reads within two hours share them. Small:
-# a few hundred instants per schedule at most; cleared when full.
+# Firings around now, by (schedule, local zone, window): (lo, hi, firings). A schedule's
+# firings near now change only with the clock, so reads within two hours share them (each
+# entry is worked out two hours ahead). Small: an entry is kept only when it holds at most
+# _NEAR_FIRINGS firings (a wide window of a frequent schedule is not); cleared when full.
 _NEAR: dict = {}
 _NEAR_MAX = 256
+_NEAR_FIRINGS = 512
 
 
 def _zone() -> tuple:
     return (time.timezone, time.altzone, time.daylight, time.tzname)
+
+
+def near_firings() -> list:
+    """This process's cached firings near now in the local zone: [[schedule, window, lo,
+    hi, firings]], for a process that starts anew every minute (the notify tick) to keep."""
+    zone = _zone()
+    return [[schedule, window, lo, hi, found]
+            for (schedule, z, window), (lo, hi, found) in _NEAR.items() if z == zone]
+
+
+def keep_near_firings(entries: list) -> None:
+    """Take firings near_firings() gave, worked out in this same local zone."""
+    zone = _zone()
+    for schedule, window, lo, hi, found in entries[:_NEAR_MAX]:
+        _NEAR[(schedule, zone, window)] = (lo, hi, found)
 
 
 class _Schedules:
@@ -315,18 +332,19 @@ class _Schedules:
         lo, hi = now - window, now + 1 + window
         found = self._found.get((schedule, window))
         if found is None:
-            cached = _NEAR.get((schedule, _zone())) if window == _WINDOWS[0] else None
+            key = (schedule, _zone(), window)
+            cached = _NEAR.get(key)
             if cached is not None and cached[0] <= lo and hi <= cached[1]:
                 found = [f for f in cached[2] if lo <= f < hi]
             else:
-                # The first window is evaluated ahead of now and kept across reads: the
-                # next reads of the coming two hours find it there.
-                ahead = hi + window if window == _WINDOWS[0] else hi
+                # Evaluated two hours ahead of now and kept across reads: the next reads
+                # of the coming two hours find it there.
+                ahead = hi + _WINDOWS[0]
                 found = self._evaluate(schedule, lo, ahead)
-                if window == _WINDOWS[0]:
+                if len(found) <= _NEAR_FIRINGS:
                     if len(_NEAR) >= _NEAR_MAX:
                         _NEAR.clear()
-                    _NEAR[(schedule, _zone())] = (lo, ahead, found)
+                    _NEAR[key] = (lo, ahead, found)
                 found = [f for f in found if f < hi]
             self._found[(schedule, window)] = found
         return found

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from peewee import SQL, Case, fn
 
+from . import events
 from .db import Statement, slot
 from .errors import InvalidInput
 from .models import (CRON_IDLE, CRON_RUNNING, DEFINITION_FIELDS, INSTANCE_ERROR, INSTANCE_FINISHED,
@@ -90,7 +91,8 @@ def parse_status_callback(body) -> StatusCallback:
 # The callback's statements are built from the models by Peewee once (db.Statement) and
 # then only executed: building query objects on every call was most of a callback's CPU.
 # Each cron costs two statements: one UPDATE that also returns the definition Shadow needs
-# (RETURNING: no read before the write) and one instance insert or close.
+# and the last alerted state (RETURNING: no read before the write) and one instance insert
+# or close; a third and fourth only when a finish changes the alert state (events.py).
 DEFINITION = (Cron.id, *(getattr(Cron, name) for name in DEFINITION_FIELDS))
 DEFINITION_KEYS = tuple(field.name for field in DEFINITION)
 
@@ -111,7 +113,7 @@ def _update_cron(idle_with_log: bool):
         Cron.status: status, Cron.pid: pid, Cron.log_path: log_path,
         Cron.last_execution_time: fn.COALESCE(slot("started"), Cron.last_execution_time),
         Cron.last_running_time: fn.COALESCE(slot("duration"), Cron.last_running_time)})
-        .where(Cron.id == slot("id")).returning(*DEFINITION))
+        .where(Cron.id == slot("id")).returning(*DEFINITION, Cron.alert_state))
 
 
 _UPDATE_CRON = Statement(lambda: _update_cron(False))
@@ -131,7 +133,8 @@ _CLOSE_INSTANCES_NO_PID = Statement(lambda: RunningInstance.update(_CLOSE).where
 
 
 def apply_status_callback(cb: StatusCallback, now: int) -> dict:
-    """Apply rules 1-5 for every id inside the caller's transaction.
+    """Apply rules 1-5 for every id inside the caller's transaction, and record an alert
+    event where a finish changes a cron's alert state (events.py).
 
     Returns {cron_id: the cron's definition as a dict} for the ids that exist (Shadow
     derives the task revision from it, so the cron is touched once per callback).
@@ -158,12 +161,16 @@ def apply_status_callback(cb: StatusCallback, now: int) -> dict:
                            "status": INSTANCE_ERROR if exit_code else INSTANCE_FINISHED}
     else:
         instance = None  # disabled and queued neither open nor close an instance
+    finished = events.finish_state(exit_code) if idle else None
     for cron_id in cb.ids:
         values["id"] = cron_id
         row = update.execute(values).fetchone()
         if row is None:
             continue  # rule 1
-        crons[cron_id] = dict(zip(DEFINITION_KEYS, row, strict=True))
+        # The row ends with the alert state, which zip leaves out of the definition.
+        crons[cron_id] = dict(zip(DEFINITION_KEYS, row, strict=False))
+        if finished is not None and finished != (row[-1] or "ok"):
+            events.record(cron_id, row[-1], finished, now, exit_code, log_path)
         if instance is not None:
             instance_values["id"] = cron_id
             instance.execute(instance_values)

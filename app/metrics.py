@@ -191,6 +191,20 @@ def _cron_families(out: _Text, healths: list, failures: dict) -> None:
                [(labels, h["missed_recent"]) for labels, h in labelled])
 
 
+NOTIFICATION_OUTCOMES = ("sent", "pending", "given_up")
+
+
+def _channel_names(settings) -> list:
+    """The configured notification channels: each has its series from 0, so increase()
+    sees its first delivery (docs/ALERTS.md)."""
+    from . import notify
+    try:
+        values = notify.load_settings(config_file=settings.config_file)
+        return [channel.name for channel in notify.configured_channels(values)]
+    except (ValueError, OSError):  # a bad conf value: the notify command names it
+        return []
+
+
 def _host_families(out: _Text, settings) -> None:
     """Free bytes where the data lives, and (system mode) whether the crontab is installed."""
     from .db import free_bytes
@@ -227,7 +241,7 @@ def render(counters: Counters, settings=None, policy=None) -> str:
                "Requests whose database work failed and was rolled back, since start.",
                [({}, counts["write_errors"])])
     from peewee import DatabaseError, InterfaceError
-    healths = failures = None
+    healths = failures = notifications = None
     try:
         sizes, runs, finishes = storage_bytes(), runs_by_state(), last_finishes()
         if settings is not None:
@@ -236,11 +250,13 @@ def render(counters: Counters, settings=None, policy=None) -> str:
                                       shadow="scheduled_system" in settings.shadow_origins,
                                       count_missed=True)
             failures = cron_failures()
+            from .alerts import counts_by_channel
+            notifications = counts_by_channel()
     except (DatabaseError, InterfaceError):
         # The counters matter most while the database fails: answer them without its part.
         from .db import discard_connection
         discard_connection()
-        sizes = runs = finishes = healths = None
+        sizes = runs = finishes = healths = notifications = None
     out.family("qlshadow_database_up", "gauge",
                "1 when the database answered this scrape's reads, else 0.",
                [({}, 0 if sizes is None else 1)])
@@ -270,6 +286,15 @@ def render(counters: Counters, settings=None, policy=None) -> str:
                    [({"cron_id": c, "name": n}, at) for c, n, _, at in finishes])
     if healths is not None:
         _cron_families(out, sorted(healths, key=lambda h: h["cron_id"]), failures)
+    if notifications is not None:
+        counts = dict.fromkeys(((name, outcome) for name in _channel_names(settings)
+                                for outcome in NOTIFICATION_OUTCOMES), 0)
+        counts.update(notifications)
+        out.family("qlshadow_notifications", "counter",
+                   "Alert deliveries stored (within retention), by channel and outcome: sent, "
+                   "pending (tried again by a later notify tick), given_up.",
+                   [({"channel": channel, "outcome": outcome}, n)
+                    for (channel, outcome), n in sorted(counts.items())])
     if settings is not None:
         _host_families(out, settings)
     rss = process_rss_bytes()

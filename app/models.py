@@ -82,6 +82,10 @@ class Cron(BaseModel):
     # null: a default from the schedule. Monitoring only: not part of the task revision.
     # Last, where schema step 2 adds it to an older table.
     grace = IntegerField(null=True)
+    # The health state last alerted on (alerts.py): "failed", "missed", "stuck", or null/"ok".
+    # The callback's Legacy update returns it, so a state change is seen without a read and
+    # an event row is written only then. Last, where schema step 4 adds it.
+    alert_state = TextField(null=True)
 
     class Meta:
         table_name = "crons"
@@ -196,4 +200,49 @@ class ShadowFailure(BaseModel):
         table_name = "shadow_failures"
 
 
-ALL_MODELS = (Cron, RunningInstance, App, Token, ShadowRun, ShadowFailure)
+class AlertEvent(BaseModel):
+    """A cron's health state changed (failed, ok again, missed, stuck): one row per change,
+    written by the callback's transaction or by the `notify` tick (alerts.py)."""
+    id = AutoField()
+    cron = ForeignKeyField(Cron, column_name="cron_id", on_delete="CASCADE", index=False)
+    at = BigIntegerField()
+    state = TextField()  # the new state: failed, ok, missed, stuck
+    previous = TextField(null=True)
+    exit_code = IntegerField(null=True)
+    log_path = TextField(null=True)  # the execution's log, as its callback sent it
+    reason = TextField(null=True)  # the health reason, for states the tick found
+    status = SmallIntegerField(default=0)  # 0 new, 1 queued for the channels, 2 too old to send
+
+    class Meta:
+        table_name = "alert_events"
+
+
+# The tick's "events not yet queued": a partial index that holds only new rows, so an idle
+# tick reads one empty page.
+AlertEvent.add_index(AlertEvent.index(AlertEvent.id, where=(AlertEvent.status == 0),
+                                      name="alert_events_new"))
+
+
+class AlertDelivery(BaseModel):
+    """One event sent (or being sent) through one channel: the notification log."""
+    event = ForeignKeyField(AlertEvent, column_name="event_id", on_delete="CASCADE", index=False)
+    channel = TextField()
+    outcome = TextField()  # pending, sent, given_up
+    attempts = SmallIntegerField(default=0)
+    last_error = TextField(null=True)
+    next_at = BigIntegerField()  # a pending delivery's next attempt
+    claimed_until = BigIntegerField(default=0)  # a tick sending it holds it until then
+    updated_at = BigIntegerField()
+
+    class Meta:
+        table_name = "alert_deliveries"
+        primary_key = CompositeKey("event", "channel")
+
+
+# The tick's due deliveries: only pending rows, so the index stays one small page.
+AlertDelivery.add_index(AlertDelivery.index(AlertDelivery.next_at,
+                                            where=(AlertDelivery.outcome == "pending"),
+                                            name="alert_deliveries_pending"))
+
+ALL_MODELS = (Cron, RunningInstance, App, Token, ShadowRun, ShadowFailure, AlertEvent,
+              AlertDelivery)

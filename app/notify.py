@@ -10,16 +10,13 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
-import http.client
 import json
 import os
 import re
 import secrets
 import socket
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from dataclasses import dataclass, field
 from collections.abc import Callable, Mapping
 
@@ -153,6 +150,11 @@ def _network_reason(exc: BaseException, timeout: float) -> str:
 
 
 def _send_http(request: _HttpRequest, timeout: float) -> Result:
+    # Imported here: the notify tick runs every minute and mostly sends nothing, and these
+    # (with ssl and email) are a good part of its start-up.
+    import http.client
+    import urllib.error
+    import urllib.request
     # A proxy set for the channel replaces the environment's (http_proxy and the like).
     handlers = ([urllib.request.ProxyHandler({"http": request.proxy, "https": request.proxy})]
                 if request.proxy else [])

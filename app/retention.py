@@ -214,6 +214,9 @@ class Pruner:
         if policy.days:
             cutoff = now - policy.days * DAY
             deleted += expired_runs(cutoff, WRITE_BATCH) + expired_instances(cutoff, WRITE_BATCH)
+            # Alert events too (their deliveries go by the foreign key): the notify tick
+            # prunes them only while a channel is configured.
+            deleted += expired_alert_events(cutoff, WRITE_BATCH)
         if policy.rows_per_cron:
             for table, capped, next_sql, first_sql in _CAPS:
                 cron_id = self._next_cron(table, next_sql, first_sql)
@@ -275,6 +278,10 @@ _EXPIRED_RUNS = ('DELETE FROM "shadow_runs" WHERE ("accepted_at", "id") < (?, ?)
 _EXPIRED_INSTANCES = ('DELETE FROM "running_instances" WHERE "id" IN (SELECT "id" FROM '
                       f'"running_instances" WHERE "status" <> {INSTANCE_RUNNING} ORDER BY "id" '
                       'LIMIT ?) AND "finished_at" < ?')
+# Events are few (one per change of a cron's alert state), and ids grow with time: the
+# oldest `limit` by id are read, and those older than the cutoff deleted.
+_EXPIRED_ALERT_EVENTS = ('DELETE FROM "alert_events" WHERE "id" IN (SELECT "id" FROM '
+                         '"alert_events" ORDER BY "id" LIMIT ?) AND "at" < ?')
 # The newest `cap` rows of a cron end at the cap-th row from the top (shadow_runs_cron,
 # running_instances_cron): everything below it goes, oldest first, a batch at a time.
 _RUN_BOUNDARY = ('SELECT "accepted_at", "id" FROM "shadow_runs" WHERE "cron_id" = ? '
@@ -306,6 +313,11 @@ def expired_runs(cutoff: int, limit: int) -> int:
 def expired_instances(cutoff: int, limit: int) -> int:
     """Delete finished instances older than cutoff among the oldest limit finished ones."""
     return database.obj.execute_sql(prebuilt(_EXPIRED_INSTANCES), (limit, cutoff)).rowcount
+
+
+def expired_alert_events(cutoff: int, limit: int) -> int:
+    """Delete alert events older than cutoff among the oldest limit (with their deliveries)."""
+    return database.obj.execute_sql(prebuilt(_EXPIRED_ALERT_EVENTS), (limit, cutoff)).rowcount
 
 
 def capped_runs(cron_id: int, cap: int, limit: int) -> int:

@@ -23,7 +23,8 @@ from peewee import (BigIntegerField, CompositeKey, Database, DatabaseError, Inte
                     SqliteDatabase, TextField)
 
 from .errors import Unavailable
-from .models import ALL_MODELS, BaseModel, Cron, RunningInstance, ShadowRun, database
+from .models import (ALL_MODELS, AlertDelivery, AlertEvent, App, BaseModel, Cron,
+                     RunningInstance, ShadowFailure, ShadowRun, Token, database)
 
 log = logging.getLogger("qlshadow")
 
@@ -95,6 +96,10 @@ RunV1.add_index(RunV1.index(RunV1.cron_id, RunV1.accepted_at, RunV1.id, name="sh
 
 # --- the steps ------------------------------------------------------------------------------
 
+# The tables of version 1: later steps add theirs.
+V1_MODELS = (Cron, RunningInstance, App, Token, ShadowRun, ShadowFailure)
+
+
 def _step_release_before_versions(db: Database) -> str | None:
     """Version 1: the schema of the last release without a version, from any older one."""
     done = None
@@ -102,7 +107,7 @@ def _step_release_before_versions(db: Database) -> str | None:
             db.get_primary_keys("shadow_runs") == ["project_id", "idempotency_key"]:
         done = _rekey_runs(db)
     RunV1._meta.without_rowid = isinstance(db, SqliteDatabase)
-    for model in ALL_MODELS:
+    for model in V1_MODELS:
         add_table(db, RunV1 if model is ShadowRun else model)
     add_indexes(RunningInstance)
     add_indexes(RunV1)
@@ -243,6 +248,15 @@ def _step_cron_grace(db: Database) -> None:
     add_column(db, Cron, "grace")
 
 
+def _step_alerts(db: Database) -> None:
+    """Version 4: the crons' last alerted state, the alert events and their deliveries."""
+    add_column(db, Cron, "alert_state")
+    add_table(db, AlertEvent)
+    add_table(db, AlertDelivery)
+    add_indexes(AlertEvent)
+    add_indexes(AlertDelivery)
+
+
 # (what the step does, in words that follow "cannot" in an error; the step). Step n brings
 # version n - 1 to version n and returns a line to log once it is committed, or None.
 # Append only: never reorder or edit a step that has shipped. Step 1 builds tables from
@@ -252,6 +266,7 @@ STEPS = (
     ("re-key shadow_runs by (accepted_at, id)", _step_release_before_versions),
     ("slim shadow_runs", _step_slim_runs),
     ("add the crons' grace column", _step_cron_grace),
+    ("add the alert tables", _step_alerts),
 )
 LATEST = len(STEPS)
 

@@ -325,6 +325,12 @@ def _startup_crontab(settings) -> None:
     except crontab.CrontabError as exc:
         print(f"qlshadow: warning: CLI commands cannot see where this server installs: {exc}",
               file=sys.stderr, flush=True)
+    try:
+        # The notify tick that crond starts sends through the channels this server sees.
+        crontab.write_notify_conf(settings)
+    except (OSError, ValueError) as exc:  # ValueError: config.ConfigError of a bad conf file
+        print(f"qlshadow: warning: the notify tick cannot get this server's settings: {exc}",
+              file=sys.stderr, flush=True)
     if not os.path.exists(settings.crontab_file):
         return
     try:

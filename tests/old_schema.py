@@ -46,7 +46,8 @@ def request_keyed_database(db_url: str):
 
 # Indexes and columns that versioned steps added: the release before versions had neither.
 ADDED_BY_STEPS: tuple = ()
-COLUMNS_ADDED_BY_STEPS = (("crons", "grace"),)
+COLUMNS_ADDED_BY_STEPS = (("crons", "grace"), ("crons", "alert_state"))
+TABLES_ADDED_BY_STEPS = ("alert_events", "alert_deliveries")
 
 
 def old_select(model):
@@ -69,7 +70,8 @@ def release_before_versions(db_url: str):
         os.makedirs(os.path.dirname(database.database), exist_ok=True)
     RunV1._meta.without_rowid = ShadowRun._meta.without_rowid = db.is_sqlite(database)
     with database.connection_context():
-        database.create_tables([RunV1 if m is ShadowRun else m for m in ALL_MODELS])
+        database.create_tables([RunV1 if m is ShadowRun else m for m in ALL_MODELS
+                                if m._meta.table_name not in TABLES_ADDED_BY_STEPS])
         for name in ADDED_BY_STEPS:
             database.execute_sql(f'DROP INDEX "{name}"')
         _drop_added_columns(database)

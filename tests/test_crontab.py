@@ -22,8 +22,11 @@ def shadow_env() -> dict:
 
 
 def cron_lines(text: str) -> list:
-    """The lines after the header."""
-    return text.splitlines()[1:]
+    """The cron lines: after the header, before the block's own notify line (its tests
+    are in test_alerts.py)."""
+    lines = text.splitlines()
+    assert " notify" in lines[-1]
+    return lines[1:-1]
 
 
 def render(settings) -> str:

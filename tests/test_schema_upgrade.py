@@ -520,3 +520,24 @@ def test_a_step_written_with_the_helpers_adds_a_column_and_an_index_and_keeps_th
         assert "shadow_failures_cron" in index_names(database)
         assert [r["note"] for r in FailureWithNote.select().dicts()] == [None]
     assert every_row(database) == rows
+
+
+def test_step_4_gives_a_version_3_database_the_alert_tables_and_its_crons_no_alert_state(
+        make_settings):
+    from qlshadow.models import AlertEvent
+    settings = make_settings()
+    database = database_at(settings.db_url, 3)
+    fill_every_table(database)
+    with database.connection_context():
+        assert not database.table_exists("alert_events")
+        assert "alert_state" not in {c.name for c in database.get_columns("crons")}
+
+    run_cli(cli_env(settings), "db", "init")
+
+    db.bind(database)
+    with database.connection_context():
+        assert [c["alert_state"] for c in Cron.select().dicts()] == [None]
+        with db.write_transaction():
+            cb = parse_status_callback({"ids": [1], "status": 1, "pid": 42, "exit_code": 2})
+            apply_status_callback(cb, 1764460900)
+        assert [(e.state, e.previous) for e in AlertEvent.select()] == [("failed", None)]

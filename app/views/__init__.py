@@ -11,7 +11,8 @@ from .. import config, db, retention
 from ..auth import ensure_system_app
 from ..runtime import KEY as RUNTIME_KEY
 from ..runtime import Runtime
-from . import auth, callback, crons, errors, health, metrics, page, reconcile, runs
+from . import (auth, callback, crons, errors, health, metrics, notifications, page, reconcile,
+               runs)
 from .errors import ApiError
 
 
@@ -43,7 +44,7 @@ def init_app(app) -> None:
     # Werkzeug would answer "/open//crons/status" with an HTML 308 redirect, which no error
     # handler sees; unmerged, such a path is a plain JSON 404. Set before rules are added.
     app.url_map.merge_slashes = False
-    for module in (crons, runs, auth, health, reconcile, metrics, page):
+    for module in (crons, runs, auth, health, reconcile, metrics, notifications, page):
         app.register_blueprint(module.bp)
     app.before_request(_guard)
     callback.init_app(app)
