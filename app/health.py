@@ -141,7 +141,7 @@ def evaluate(cron: dict, executions: list, firings: Firings, now: int,
     starts = [e.start for e in by_start]
 
     def started(firing: int) -> bool:
-        return _started(firing, starts, by_start, grace)
+        return firing_started(firing, starts, by_start, grace)
 
     late = None
     if due and not started(due[-1]):
@@ -189,7 +189,7 @@ def evaluate(cron: dict, executions: list, firings: Firings, now: int,
                  f"Its last execution, started {_when(last.start)}, exited {code}.")
 
 
-def _started(firing: int, starts: list, by_start: list, grace: int) -> bool:
+def firing_started(firing: int, starts: list, by_start: list, grace: int) -> bool:
     """Whether a record stands for the firing: one starting from it until its grace ran
     out; a known manual run only in the firing's own minute (as in the gate)."""
     i = bisect.bisect_left(starts, firing)
@@ -206,7 +206,7 @@ def missed_firings(cron: dict, executions: list, expected: list, grace: int, now
     by_start = sorted(executions, key=lambda e: e.start)
     starts = [e.start for e in by_start]
     return sum(1 for f in expected
-               if now >= f + _MINUTE + grace and not _started(f, starts, by_start, grace))
+               if now >= f + _MINUTE + grace and not firing_started(f, starts, by_start, grace))
 
 
 def order(healths: list) -> list:
@@ -317,7 +317,7 @@ def keep_near_firings(entries: list) -> None:
         _NEAR[(schedule, zone, window)] = (lo, hi, found)
 
 
-class _Schedules:
+class Schedules:
     """Firings near one `now` for many crons, sharing the local clocks they need."""
 
     def __init__(self, now: int):
@@ -421,7 +421,7 @@ def read_all(now: int | None = None, shadow: bool = True, cron_id: int | None = 
         lacking = [i for i in ids if recent[i]
                    and not any(not e.open and e.exit_code == 0 for e in recent[i])]
         older = _older_successes(lacking)
-    schedules = _Schedules(now)
+    schedules = Schedules(now)
     healths = []
     for cron in crons:
         active = is_active(cron)
@@ -434,7 +434,7 @@ def read_all(now: int | None = None, shadow: bool = True, cron_id: int | None = 
     return order(healths)
 
 
-def _missed_recent(cron: dict, executions: list, grace: int, schedules: _Schedules,
+def _missed_recent(cron: dict, executions: list, grace: int, schedules: Schedules,
                    now: int) -> int:
     judged_from = max(cron["created_at"], cron["updated_at"]) + 1
     lo = min((e.start for e in executions), default=judged_from)

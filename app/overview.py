@@ -121,7 +121,7 @@ def cron_rows(page: int, size: int, now: int, shadow: bool) -> dict:
     by_id = {h["cron_id"]: h for h in found}
     crons = {c["id"]: c for c in Cron.select().where(Cron.id.in_(ids)).dicts()} if ids else {}
     recent = health.recent_executions(ids, shadow) if ids else {}
-    schedules = health._Schedules(now)  # health's own firings reader, shared by every row
+    schedules = health.Schedules(now)  # health's own firings reader, shared by every row
     rows = []
     for cron_id in ids:
         cron = crons.get(cron_id)
@@ -137,7 +137,7 @@ def cron_detail(cron: dict, now: int, shadow: bool) -> tuple:
     found = health.read_all(now, shadow=shadow, cron_id=cron["id"])
     found = found[0] if found else unevaluated(cron)
     recent = health.recent_executions([cron["id"]], shadow)[cron["id"]]
-    return found, cron_summary(cron, recent, found, health._Schedules(now), now)
+    return found, cron_summary(cron, recent, found, health.Schedules(now), now)
 
 
 def unevaluated(cron: dict) -> dict:
@@ -214,7 +214,7 @@ def strip_slots(cron: dict, executions: list, found: dict, schedules, now: int,
         for window in _STRIP_WINDOWS:
             since = max(lo, now - window)
             gaps = [f for f in schedules.between(cron["schedule"], since, now - _MINUTE + 1)
-                    if not health._started(f, starts, execs, grace)]
+                    if not health.firing_started(f, starts, execs, grace)]
             if since == lo or len(gaps) + sum(s >= since for s in starts) >= n:
                 break
         for f in gaps:
@@ -452,13 +452,15 @@ def _storage_text(storage: dict) -> list:
     return items
 
 
-def notification_log(limit: int) -> list | None:
-    """The newest notifications sent, or None where this build keeps no notification log.
+# A delivery's outcome in words (alerts.notify_log).
+OUTCOME_WORDS = {"sent": "sent", "pending": "failed, will retry", "given_up": "given up",
+                 "new": "not sent: no channel configured", "too_old": "not sent: too old"}
 
-    The alert pipeline supplies the rows: `notify.recent_deliveries(limit)` returning dicts
-    (e.g. at, cron_id, name, state, channel, outcome, detail), newest first. Until it
-    exists the health page says there is no log.
-    """
-    from . import notify
-    reader = getattr(notify, "recent_deliveries", None)
-    return None if reader is None else list(reader(limit))
+
+def notification_log(limit: int) -> list:
+    """The alert log, newest first: each event with its delivery per channel."""
+    from .alerts import notify_log
+    rows = notify_log(limit)
+    for row in rows:
+        row["outcome_text"] = OUTCOME_WORDS.get(row["outcome"], row["outcome"])
+    return rows

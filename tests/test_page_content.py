@@ -367,18 +367,14 @@ def test_the_health_page_is_in_words_and_units(page, backend):
     assert '<span class="ok">succeeding</span>' in main
 
 
-def test_the_health_page_shows_the_notification_log_when_the_build_keeps_one(page,
-                                                                            monkeypatch):
-    from qlshadow import notify
-    monkeypatch.delattr(notify, "recent_deliveries", raising=False)
-    assert "This build keeps no notification log." in html_of(page, "/page/health")
-    rows = [{"at": 1767225600, "name": "backup", "state": "failed", "channel": "webhook",
-             "outcome": "sent", "detail": "<b>200</b>"}]
-    monkeypatch.setattr(notify, "recent_deliveries", lambda limit: rows[:limit], raising=False)
-    html = html_of(page, "/page/health")
-    table = html.split('id="notifications"')[1]
-    assert "2026-01-01 00:00 UTC" in table and "webhook" in table
-    assert "&lt;b&gt;200&lt;/b&gt;" in table and "<b>200" not in table
+def test_the_health_page_shows_the_notification_log(page, feed, make_cron):
+    assert "No alerts yet" in html_of(page, "/page/health")
+    cron = make_cron(name="<b>backup</b>")["id"]
+    feed.run(cron, 1767225600, code=3)  # a failing finish: one alert event, no channel set
+    table = html_of(page, "/page/health").split('id="notifications"')[1]
+    assert f'<a href="/page/crons/{cron}">&lt;b&gt;backup&lt;/b&gt;</a>' in table
+    assert '<span class="failed">failed</span>' in table
+    assert "not sent: no channel configured" in table and "<b>backup" not in table
 
 
 # --- time zones -----------------------------------------------------------------------------
