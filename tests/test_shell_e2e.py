@@ -26,9 +26,11 @@ def add_cron(server, command: str, schedule: str = "*/5 * * * *") -> dict:
 
 
 def active_commands(data_dir: str) -> list:
-    """The command part of every active line of the crontab the server wrote."""
+    """The command part of every active cron line of the crontab the server wrote (not the
+    block's own notify line)."""
     with open(os.path.join(data_dir, "crontab.list"), encoding="utf-8") as fh:
-        lines = [line for line in fh.read().splitlines() if line and not line.startswith("#")]
+        lines = [line for line in fh.read().splitlines()
+                 if line and not line.startswith("#") and not line.endswith(" notify")]
     return [line.split(None, 5)[5] for line in lines]
 
 

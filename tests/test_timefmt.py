@@ -120,7 +120,8 @@ def _stored_far_times(client, auth, make_cron) -> int:
     with db.database.connection_context(), db.write_transaction():
         Cron.update(last_execution_time=HUGE).where(Cron.id == cron_id).execute()
         RunningInstance.update(started_at=HUGE, finished_at=INT64_MAX).execute()
-        changed = ShadowRun.update(accepted_at=HUGE, started_at=HUGE, finished_at=INT64_MAX)
+        changed = ShadowRun.update(accepted_at=HUGE, started_after=0, created_after=0,
+                                   finished_at=INT64_MAX)
         assert changed.execute() == 1
     return cron_id
 
