@@ -413,3 +413,15 @@ def legacy_twin(app, backend, tmp_path, pg_databases):
             db.bind(main)
 
     return twin
+
+
+@pytest.fixture
+def box_zone(monkeypatch):
+    """Set the box's local time zone for this test (a TZ value, e.g. "CST-8": a POSIX
+    string needs no tzdata); the host's own zone is back after it."""
+    def set_zone(tz: str) -> None:
+        monkeypatch.setenv("TZ", tz)
+        time.tzset()
+    yield set_zone
+    monkeypatch.undo()
+    time.tzset()

@@ -380,13 +380,9 @@ def test_the_health_page_shows_the_notification_log(page, feed, make_cron):
 # --- time zones -----------------------------------------------------------------------------
 
 @pytest.fixture
-def shanghai(monkeypatch):
+def shanghai(box_zone):
     """The box's zone set to China Standard Time (UTC+8, no DST) for this test."""
-    monkeypatch.setenv("TZ", "CST-8")
-    time.tzset()
-    yield
-    monkeypatch.undo()
-    time.tzset()
+    box_zone("CST-8")
 
 
 def test_times_are_in_the_boxs_zone_named_and_in_utc_on_request(page, feed, make_cron, shanghai):
@@ -405,12 +401,8 @@ def test_times_are_in_the_boxs_zone_named_and_in_utc_on_request(page, feed, make
 
 
 @pytest.fixture
-def utc_box(monkeypatch):
-    monkeypatch.setenv("TZ", "UTC")
-    time.tzset()
-    yield
-    monkeypatch.undo()
-    time.tzset()
+def utc_box(box_zone):
+    box_zone("UTC")
 
 
 def test_a_box_on_utc_offers_no_other_zone(page, make_cron, utc_box):

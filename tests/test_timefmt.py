@@ -33,13 +33,9 @@ def shadow_env() -> dict:
 
 
 @pytest.fixture
-def local_zone(monkeypatch):
+def local_zone(box_zone):
     """Local time is CET for the test, and the host's own again after it."""
-    monkeypatch.setenv("TZ", CET)
-    time.tzset()
-    yield
-    monkeypatch.undo()
-    time.tzset()
+    box_zone(CET)
 
 
 # --- the helpers -------------------------------------------------------------------------

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import calendar
-import time
 
 import pytest
 
@@ -13,13 +12,9 @@ NOW = calendar.timegm((2026, 11, 30, 12, 34, 56))
 
 
 @pytest.fixture(autouse=True)
-def china_time(monkeypatch):
-    """The box's zone is UTC+8 with no DST (a POSIX TZ string: no tzdata needed)."""
-    monkeypatch.setenv("TZ", "CST-8")
-    time.tzset()
-    yield
-    monkeypatch.undo()
-    time.tzset()
+def china_time(box_zone):
+    """The box's zone is UTC+8 with no DST."""
+    box_zone("CST-8")
 
 
 def utc(*fields) -> int:
