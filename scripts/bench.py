@@ -899,7 +899,7 @@ def write_floor(python: str, base: str, count: int, rows: int, level: str) -> di
 def row_counts(server: Server):
     """Rows the run left behind (a sanity check that Shadow really wrote), or None."""
     queries = {"runs": "SELECT count(*) FROM shadow_runs",
-               "exited_runs": "SELECT count(*) FROM shadow_runs WHERE state = 'exited'",
+               "exited_runs": "SELECT count(*) FROM shadow_runs WHERE finished_at IS NOT NULL",
                "accept_failures": "SELECT count(*) FROM shadow_failures",
                "instances": "SELECT count(*) FROM running_instances"}
     if server.db_path:
