@@ -51,6 +51,9 @@ NOTIFY_KEYS = frozenset({
     "FSKEY", "FSSECRET", "FSKEY_ORIGIN",
     "SMTP_SERVER", "SMTP_SSL", "SMTP_EMAIL", "SMTP_PASSWORD", "SMTP_NAME",
 })
+# KEY=VALUE lines cannot hold a line break, so in the conf file these two values write
+# one as the two characters \n (an environment variable holds real line breaks).
+NOTIFY_MULTILINE_KEYS = ("WEBHOOK_BODY", "WEBHOOK_HEADERS")
 
 
 class ConfigError(ValueError):
@@ -361,3 +364,25 @@ def with_port(settings: Settings, port: int) -> Settings:
     if base_url == derive_base_url(settings.host, settings.port):
         base_url = derive_base_url(settings.host, port)
     return replace(settings, port=port, base_url=base_url)
+
+
+def notify_settings(environ: Mapping[str, str] | None = None,
+                    config_file: str | None = None) -> dict:
+    """The notification variables (NOTIFY_KEYS) from the conf file overlaid by the
+    environment: what notify.py sends with, read here so the server can hand them to the
+    notify tick (notify.conf) without loading the channels.
+
+    The file is the one `load` reads (--config, else QL_CONFIG). As in QingLong, an empty
+    environment variable counts as unset, so it does not hide the file's value.
+    """
+    env = os.environ if environ is None else environ
+    path = config_file or env.get("QL_CONFIG") or None
+    file_values = read_config_file(path) if path else {}
+    values = {}
+    for key, value in file_values.items():
+        if key in NOTIFY_KEYS:
+            values[key] = value.replace("\\n", "\n") if key in NOTIFY_MULTILINE_KEYS else value
+    for key in NOTIFY_KEYS:
+        if env.get(key):
+            values[key] = env[key]
+    return values

@@ -336,14 +336,14 @@ def notify_conf_text(settings, environ=None) -> str:
     rule: the environment wins), so a channel set only in the service's environment
     reaches the tick that crond starts with almost no environment.
     """
-    from .notify import MULTILINE_KEYS, load_settings
+    from .config import NOTIFY_MULTILINE_KEYS, notify_settings
     pairs = [("QL_DATA_DIR", os.path.abspath(settings.data_dir)),
              ("QL_DB_URL", _absolute_db_url(settings.db_url)),
              ("QL_DB_TIMEOUT", str(settings.db_timeout)),
              ("QL3_SHADOW_ORIGINS", ",".join(sorted(settings.shadow_origins))),
              ("QL_RETENTION_DAYS", str(settings.retention_days))]
-    for key, value in sorted(load_settings(environ, settings.config_file).items()):
-        if key in MULTILINE_KEYS:
+    for key, value in sorted(notify_settings(environ, settings.config_file).items()):
+        if key in NOTIFY_MULTILINE_KEYS:
             value = value.replace("\r\n", "\n").replace("\n", "\\n")
         if "\n" in value or "\r" in value:
             continue  # a KEY=VALUE line cannot hold it; notify --test names the channel

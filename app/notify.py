@@ -11,7 +11,6 @@ import base64
 import hashlib
 import hmac
 import json
-import os
 import re
 import secrets
 import socket
@@ -29,9 +28,7 @@ REASON_MAX_CHARS = 200
 WEBHOOK_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
 WEBHOOK_CONTENT_TYPES = ("application/x-www-form-urlencoded", "application/json",
                          "multipart/form-data", "text/plain")
-# KEY=VALUE lines cannot hold a line break, so in the conf file these two values write
-# one as the two characters \n (an environment variable holds real line breaks).
-MULTILINE_KEYS = ("WEBHOOK_BODY", "WEBHOOK_HEADERS")
+MULTILINE_KEYS = config.NOTIFY_MULTILINE_KEYS
 
 
 class ChannelError(Exception):
@@ -67,24 +64,8 @@ class _HttpRequest:
 
 # --- settings -------------------------------------------------------------------------------
 
-def load_settings(environ: Mapping[str, str] | None = None,
-                  config_file: str | None = None) -> dict:
-    """The notification variables from the conf file overlaid by the environment.
-
-    The file is the one `config.load` reads (--config, else QL_CONFIG). As in QingLong, an
-    empty environment variable counts as unset, so it does not hide the file's value.
-    """
-    env = os.environ if environ is None else environ
-    path = config_file or env.get("QL_CONFIG") or None
-    file_values = config.read_config_file(path) if path else {}
-    values = {}
-    for key, value in file_values.items():
-        if key in config.NOTIFY_KEYS:
-            values[key] = value.replace("\\n", "\n") if key in MULTILINE_KEYS else value
-    for key in config.NOTIFY_KEYS:
-        if env.get(key):
-            values[key] = env[key]
-    return values
+# The notification variables from the conf file and the environment (config reads them).
+load_settings = config.notify_settings
 
 
 def configured_channels(values: Mapping[str, str] | None = None) -> list[Channel]:
