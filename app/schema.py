@@ -221,6 +221,8 @@ def move_old_runs(db: Database, batch: int = MOVE_BATCH_MAX) -> int:
         while True:
             # Under the schema lock: several processes starting at once take turns.
             with _locked(db):
+                if not db.table_exists(OLD_RUNS_TABLE):  # another process ended the move
+                    break
                 rows = db.execute_sql(select).fetchall()
                 if not rows:
                     db.execute_sql(f'DROP TABLE "{OLD_RUNS_TABLE}"')

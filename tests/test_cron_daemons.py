@@ -65,6 +65,7 @@ class Daemon:
             self.spool = str(tmp / "spool")
             os.makedirs(self.spool)
             self.install = f"{self.bb} crontab -c {self.spool} {{file}}"
+            self.list = f"{self.bb} crontab -c {self.spool} -l"
             return
         if os.geteuid() != 0:
             pytest.skip("Debian's cron needs root for a private mount namespace")
@@ -86,6 +87,7 @@ class Daemon:
         # Through stdin: Debian's crontab reads at most 99 bytes of a file name, and a test's
         # temp path (under pytest-xdist above all) can be longer. docs/INSTALL.md says the same.
         self.install = f"{nsenter} -t {holder.pid} -m sh -c 'exec crontab - < \"$0\"' {{file}}"
+        self.list = f"{nsenter} -t {holder.pid} -m crontab -l"
 
     def _entered(self, script: str) -> bool:
         return subprocess.run([*self.enter, "sh", "-c", script],
@@ -109,11 +111,7 @@ class Daemon:
         subprocess.run(argv, check=True, capture_output=True)
 
     def installed(self) -> str:
-        if self.name == "busybox":
-            argv = [self.bb, "crontab", "-c", self.spool, "-l"]
-        else:
-            argv = [*self.enter, "crontab", "-l"]
-        return subprocess.run(argv, capture_output=True, text=True).stdout
+        return subprocess.run(shlex.split(self.list), capture_output=True, text=True).stdout
 
     def stop_daemon(self) -> None:
         """Stop crond itself; the namespace holder stays so its spool can still be listed."""
@@ -243,7 +241,8 @@ def batches(tmp_path_factory):
             daemon.put(users_own)
             server, cleanup = start_module_server(tmp_path_factory, "sqlite",
                                                   QL_SCHEDULER="system",
-                                                  QL_CRONTAB_INSTALL=daemon.install)
+                                                  QL_CRONTAB_INSTALL=daemon.install,
+                                                  QL_CRONTAB_LIST=daemon.list)
             cleanups.append(cleanup)
             batch = Batch(daemon, server, str(tmp / "work"))
             batch.users_own, batch.users_out = users_own, users_out

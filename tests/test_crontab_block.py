@@ -70,7 +70,7 @@ def target(request, tmp_path, busybox_target):
     from test_cron_daemons import Daemon
     daemon = Daemon("debian", tmp_path)
     try:
-        yield Target(f"{' '.join(daemon.enter)} crontab -l", daemon.install)
+        yield Target(daemon.list, daemon.install)
     finally:
         daemon.stop()
 

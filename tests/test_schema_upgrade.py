@@ -541,3 +541,23 @@ def test_step_4_gives_a_version_3_database_the_alert_tables_and_its_crons_no_ale
             cb = parse_status_callback({"ids": [1], "status": 1, "pid": 42, "exit_code": 2})
             apply_status_callback(cb, 1764460900)
         assert [(e.state, e.previous) for e in AlertEvent.select()] == [("failed", None)]
+
+
+def test_a_process_that_finds_the_move_ended_by_another_stops_quietly(
+        request_keyed, tmp_path, caplog, monkeypatch):
+    settings, database, _ = request_keyed
+    results = start_at_once(settings, tmp_path, processes=1)  # it moves every Run
+    assert [code for code, _, _ in results] == [0]
+    # This process looked a moment earlier, while the old table was still there.
+    real = database.table_exists
+    looked: list = []
+
+    def seen_before_the_end(name, *args, **kwargs):
+        looked.append(name)
+        return True if len(looked) == 1 else real(name, *args, **kwargs)
+
+    monkeypatch.setattr(database, "table_exists", seen_before_the_end)
+    with database.connection_context():
+        assert schema.move_old_runs(database) == 0
+        assert database.execute_sql("SELECT COUNT(*) FROM shadow_runs").fetchone()[0] == 3
+    assert "stopped" not in caplog.text
