@@ -425,3 +425,9 @@ def box_zone(monkeypatch):
     yield set_zone
     monkeypatch.undo()
     time.tzset()
+
+
+@pytest.fixture
+def utc_box(box_zone):
+    """The box keeps UTC as its local time (histories laid out in UTC minutes)."""
+    box_zone("UTC")

@@ -15,7 +15,7 @@ from qlshadow import db, health
 from qlshadow.auth import create_app_record, issue_token
 from qlshadow.models import App, Cron, RunningInstance, ShadowRun
 from conftest import SHADOW_ON, STATUS_PATH, cli_env, run_cli
-from reconcile_history import execution_id, fire, local_zone, new_cron
+from reconcile_history import execution_id, fire, new_cron
 
 BASE = 1764460800  # 2025-11-30 00:00 UTC: a multiple of every interval used here
 
@@ -25,10 +25,8 @@ def shadow_env() -> dict:
     return SHADOW_ON
 
 
-@pytest.fixture(autouse=True)
-def utc():
-    with local_zone("UTC"):
-        yield
+# Histories below are laid out in UTC minutes (a test may set its own zone inside).
+pytestmark = pytest.mark.usefixtures("utc_box")
 
 
 def run(client, auth, cron_id: int, start: int, duration: int | None = 1, exit_code: int = 0,

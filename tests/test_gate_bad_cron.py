@@ -12,7 +12,7 @@ from qlshadow import db
 from qlshadow.auth import create_app_record
 from qlshadow.models import Cron
 from conftest import SHADOW_ON, cli_env, run_cli
-from reconcile_history import HOUR, history, local_zone, new_cron
+from reconcile_history import HOUR, history, new_cron
 
 NEVER = "0 0 30 2 *"  # refused at the API today; stored by older versions
 
@@ -22,10 +22,8 @@ def shadow_env() -> dict:
     return SHADOW_ON
 
 
-@pytest.fixture(autouse=True)
-def utc():
-    with local_zone("UTC"):
-        yield
+# Histories below are laid out in UTC minutes (a test may set its own zone inside).
+pytestmark = pytest.mark.usefixtures("utc_box")
 
 
 @pytest.fixture

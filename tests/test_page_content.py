@@ -400,11 +400,6 @@ def test_times_are_in_the_boxs_zone_named_and_in_utc_on_request(page, feed, make
     assert f'href="/page/crons/{cron}?tz=local">show the box&#39;s local time</a>' in html
 
 
-@pytest.fixture
-def utc_box(box_zone):
-    box_zone("UTC")
-
-
 def test_a_box_on_utc_offers_no_other_zone(page, make_cron, utc_box):
     cron = make_cron(name="plain")["id"]
     html = html_of(page, f"/page/crons/{cron}")

@@ -22,11 +22,8 @@ def shadow_env() -> dict:
     return SHADOW_ON
 
 
-@pytest.fixture(autouse=True)
-def utc():
-    """Histories below are laid out in UTC minutes; the DST tests set their own zone."""
-    with local_zone("UTC"):
-        yield
+# Histories below are laid out in UTC minutes (a test may set its own zone inside).
+pytestmark = pytest.mark.usefixtures("utc_box")
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ import pytest
 from qlshadow import db
 from qlshadow.auth import create_app_record
 from conftest import SHADOW_ON, cli_env, run_cli
-from reconcile_history import HOUR, fire, history, local_zone, new_cron
+from reconcile_history import HOUR, fire, history, new_cron
 
 CRON_KEYS = {"cron_id", "name", "schedule", "expected", "runs", "exited", "running", "failed",
              "finish_only", "stuck", "missed", "double", "unmatched_instances", "drift",
@@ -23,10 +23,8 @@ def shadow_env() -> dict:
     return SHADOW_ON
 
 
-@pytest.fixture(autouse=True)
-def utc():
-    with local_zone("UTC"):
-        yield
+# Histories below are laid out in UTC minutes (a test may set its own zone inside).
+pytestmark = pytest.mark.usefixtures("utc_box")
 
 
 @pytest.fixture
