@@ -60,6 +60,9 @@ class RouterSqliteDatabase(SqliteDatabase):
     """
 
     synchronous = "full"  # the QL_SQLITE_SYNCHRONOUS level its connections set; /health shows it
+    # The thread whose connections commit at NORMAL because a group commit fsyncs the WAL
+    # for them before their callbacks are answered (group_commit.py); None: no such thread.
+    grouped_thread = None
 
     def rollback(self):
         if not self.is_closed() and not self.connection().in_transaction:
@@ -71,6 +74,8 @@ class RouterSqliteDatabase(SqliteDatabase):
         # The checkpoint point is a number of pages: keep it at the same bytes whatever the
         # file's page size (1 KiB for a new database, 4 KiB for one made before).
         conn.execute(f"PRAGMA wal_autocheckpoint = {wal_checkpoint_pages(conn)}")
+        if threading.get_ident() == self.grouped_thread:
+            conn.execute("PRAGMA synchronous = NORMAL")
 
 
 def wal_checkpoint_pages(conn) -> int:

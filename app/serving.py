@@ -10,10 +10,14 @@ Callbacks take a "callback lane" of their own, one of two kinds:
 - "loop" (SQLite's default): each callback is answered on waitress's I/O loop thread right
   after the poll that read it, never queued behind a worker. A hand-off to a worker costs
   more CPU than the callback's own SQL (about 1.6 times the CPU per callback,
-  docs/PERFORMANCE.md). This needs waitress names it does not document (its task
-  dispatcher, loop map, trigger, channel and parsed request), so it runs only on the
-  waitress versions it was tested with (TESTED_WAITRESS); any other version gets one
-  warning line at start-up and the "lock" lane.
+  docs/PERFORMANCE.md). On SQLite at synchronous=full the callbacks of one poll are one
+  group commit (group_commit.py): their answers are held until one fsync made them all
+  durable, and the listening sockets accept every waiting connection at once, so that
+  callbacks arriving together are read by the same poll. This needs waitress names it
+  does not document (its task dispatcher, loop map, trigger, accept, channel, its send and
+  close, and the parsed request), so it runs only on the waitress versions it was tested
+  with (TESTED_WAITRESS); any other version gets one warning line at start-up and the
+  "lock" lane.
 - "lock": callbacks run on the worker threads, one at a time (a lock): several threads
   running callbacks at once only pass the GIL and SQLite's write lock around.
 PostgreSQL's default is no lane: its statements wait on round trips that other worker
@@ -123,6 +127,11 @@ def waitress_untested(found: str | None = None) -> str | None:
     return None if low <= parts and parts[:len(high)] < high else found
 
 
+def _not_yet(data, do_close=True) -> int:
+    """A channel's send while its answer waits for the batch's fsync: nothing sent yet."""
+    return 0
+
+
 class _LoopLane:
     """waitress's task dispatcher interface: callbacks on the loop thread, the rest to workers.
 
@@ -130,12 +139,17 @@ class _LoopLane:
     while it holds the channel's request lock, or from a worker that finished the request
     before it on the same connection. A callback read by the loop is kept and answered after
     the poll, when that lock is free; everything else goes to waitress's worker threads.
+
+    With a group commit (group_commit.py) the callbacks of one poll are one batch: each
+    runs its own transaction, and the answers stay in their channels' buffers (the channel
+    sends nothing) until one fsync made the whole batch durable; the next poll sends them.
     """
 
-    def __init__(self, path: str):
+    def __init__(self, path: str, group=None):
         from waitress.task import ThreadedTaskDispatcher
         self.workers = ThreadedTaskDispatcher()
         self.path = path
+        self.group = group
         self.pending = collections.deque()
         self.loop_thread = threading.get_ident()
 
@@ -152,13 +166,23 @@ class _LoopLane:
             self.workers.add_task(channel)
 
     def run_pending(self) -> None:
-        pending = self.pending
+        pending, group = self.pending, self.group
+        held = {}  # channels whose answers wait for the batch's fsync (a channel may come twice)
         while pending:
             channel = pending.popleft()
+            if group is not None:
+                channel.send = _not_yet  # waitress's one way to the socket, held back
+                held[channel] = None
             try:
                 channel.service()  # answers every error itself; a defect below is logged
             except Exception:
                 log.exception("unexpected error while answering a callback on %r", channel)
+        if held:
+            durable = group.sync()
+            for channel in held:
+                del channel.send
+                if not durable:
+                    channel.handle_close()  # no answer rather than one the disk may not keep
 
     def shutdown(self, cancel_pending: bool = True, timeout: float = 5) -> bool:
         while self.pending:
@@ -166,14 +190,34 @@ class _LoopLane:
         return self.workers.shutdown(cancel_pending, timeout)
 
 
+def _accept_all(listener):
+    """A listening server's handle_accept that takes every connection waiting, not one.
+
+    waitress accepts one connection per poll. The callbacks crond's jobs send at the same
+    moment, each task.sh on a connection of its own, would then be read one poll apart, each
+    a batch of one with an fsync of its own; accepted together, the next poll reads them all.
+    Up to waitress's connection limit, which its own readable() applies between polls.
+    """
+    accept_one, channels, limit = listener.handle_accept, listener._map, listener.adj.connection_limit
+
+    def handle_accept() -> None:
+        while True:
+            known = len(channels)
+            accept_one()
+            if len(channels) == known or len(channels) >= limit:
+                return  # nothing was waiting (or accept failed), or the limit is reached
+    return handle_accept
+
+
 class Server:
     """A waitress server on bound sockets: run() until SIGTERM or close()."""
 
-    def __init__(self, app, sockets: list, threads: int, loop_lane: bool = False, **options):
+    def __init__(self, app, sockets: list, threads: int, loop_lane: bool = False,
+                 group=None, **options):
         from waitress.server import create_server
         self.sockets = sockets
         self.port = sockets[0].getsockname()[1]
-        self.lane = _LoopLane(CALLBACK_PATH) if loop_lane else None
+        self.lane = _LoopLane(CALLBACK_PATH, group) if loop_lane else None
         if self.lane is not None:
             self.lane.set_thread_count(threads)
             options["_dispatcher"] = self.lane
@@ -185,6 +229,8 @@ class Server:
             for listener in listeners:
                 if hasattr(listener, "pull_trigger") and hasattr(listener, "trigger"):
                     listener.pull_trigger = self._trigger_from_workers(listener.pull_trigger)
+                if getattr(listener, "accepting", False):  # a listening socket's server
+                    listener.handle_accept = _accept_all(listener)
 
     def _trigger_from_workers(self, pull):
         lane = self.lane
@@ -226,14 +272,16 @@ LANES = ("loop", "lock", "off")
 
 
 def make_server(app, host: str, port: int, threads: int, callback_lane: str,
-                **options) -> Server:
+                group=None, **options) -> Server:
     """A waitress server for app on every address of host, callbacks in callback_lane
-    ("loop", "lock" or "off"; see the module's docstring); options: waitress adjustments."""
+    ("loop", "lock" or "off"; see the module's docstring), the loop lane's batches made
+    durable by group (a group_commit.GroupCommit, or None); options: waitress adjustments."""
     if callback_lane not in LANES:
         raise ValueError(f"callback_lane must be one of {LANES}, not {callback_lane!r}")
     if callback_lane == "lock":
         app = CallbackLane(app)
-    return Server(app, listen_sockets(host, port), threads, callback_lane == "loop", **options)
+    return Server(app, listen_sockets(host, port), threads, callback_lane == "loop",
+                  group if callback_lane == "loop" else None, **options)
 
 
 def url_host(host: str) -> str:
@@ -242,14 +290,16 @@ def url_host(host: str) -> str:
 
 
 def serve(settings, threads: int | None = None, callback_lane: str | None = None,
-          switch_interval: float = SWITCH_INTERVAL) -> int:
+          switch_interval: float = SWITCH_INTERVAL, group_commit: bool = True) -> int:
     """Run the service until SIGTERM; returns the exit status (0).
 
     threads (default QL_THREADS), callback_lane (default: "loop" on SQLite, "off" on
-    PostgreSQL) and switch_interval are parameters so that scripts/bench.py can compare
-    designs without patching anything.
+    PostgreSQL), switch_interval and group_commit (the loop lane's batches synced together
+    at synchronous=full; off: each callback's commit fsyncs) are parameters so that
+    scripts/bench.py can compare designs without patching anything.
     """
     from . import config, crontab, db
+    from .runtime import KEY as RUNTIME_KEY
     from .views import create_app
     app = create_app(settings)
     threads = settings.threads if threads is None else threads
@@ -271,9 +321,17 @@ def serve(settings, threads: int | None = None, callback_lane: str | None = None
     # fill a router's log with them.
     logging.getLogger("waitress.queue").setLevel(logging.ERROR)
     backstop = max(1024 * 1024, settings.max_body * 2)
+    journal = app.extensions["qlshadow.journal"]
+    group = None
+    if group_commit and callback_lane == "loop" and journal == "wal" and \
+            settings.sqlite_synchronous == "full":
+        # At normal no commit fsyncs anyway; outside WAL mode there is no WAL to sync, and
+        # NORMAL there could leave a torn file after a power cut.
+        from .group_commit import GroupCommit
+        group = GroupCommit(db.database.obj, app.extensions[RUNTIME_KEY].writes.note_failed)
     try:
-        server = make_server(app, settings.host, settings.port, threads,
-                             callback_lane, max_request_body_size=backstop, ident="qlshadow",
+        server = make_server(app, settings.host, settings.port, threads, callback_lane, group,
+                             max_request_body_size=backstop, ident="qlshadow",
                              clear_untrusted_proxy_headers=True)
     except ListenError as exc:
         raise config.ConfigError(str(exc)) from None
@@ -284,7 +342,6 @@ def serve(settings, threads: int | None = None, callback_lane: str | None = None
             app.extensions["qlshadow"] = settings
         crontab.protect_data_dir(settings)
         _startup_crontab(settings)
-        journal = app.extensions["qlshadow.journal"]
         database = db.describe(db.database.obj) + (f" ({journal})" if journal else "")
         origins = ",".join(sorted(settings.shadow_origins)) or "off"
         print(f"qlshadow serving http://{url_host(settings.host)}:{server.port} "

@@ -203,6 +203,8 @@ VARIANTS = (
 # --design-space: more points around the shipped design (Shadow on, SQLite), each changing
 # one thing: (name, QL_THREADS, serving.serve options, BENCH_* knobs and environment).
 DESIGN_SPACE = (
+    # Each callback's commit fsyncs the WAL (shipped before the group commit).
+    ("ds_commit_each", None, {"group_commit": False}, {}),
     ("ds_1t", 1, {}, {}),
     ("ds_4t", 4, {}, {}),
     ("ds_lock_1t", 1, {"callback_lane": "lock"}, {}),

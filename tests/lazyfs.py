@@ -13,9 +13,14 @@ a killed process left in flight is refused instead of landing after the cut. The
 page cache is emptied for a file on its next open (libfuse's default, no keep_cache) and
 attributes are never cached, so a process started after a cut reads the surviving files.
 
+The fsyncs of one file can be held back (they wait, as on a slow disk, until released) or
+made to fail with EIO, so a test can look at what a process does meanwhile or then.
+
 The file system runs in its own process (`python tests/lazyfs.py BACKING MOUNT`), driven
 through its standard input, one command a line, each answered with one JSON line:
-`cut` (drop unsynced state), `stats` (counters), `quit`. The tests use the LazyFS class.
+`cut` (drop unsynced state), `stats` (counters), `hold PATH` / `release PATH` (fsyncs of
+PATH wait / go on), `fail PATH` / `heal PATH` (fsyncs of PATH fail with EIO / succeed),
+`quit`. The tests use the LazyFS class.
 """
 from __future__ import annotations
 
@@ -80,8 +85,24 @@ class LazyFS:
         return self._ask("cut")
 
     def stats(self) -> dict:
-        """Counters since the mount: fsyncs (also per path), bytes written, bytes made durable."""
+        """Counters since the mount: fsyncs (also per path), bytes written, bytes made durable,
+        fsyncs waiting now (fsyncs_held) and fsyncs failed."""
         return self._ask("stats")
+
+    def hold(self, path: str) -> None:
+        """Make every fsync of path (inside the mount, "/data/x") wait until release(path)."""
+        self._ask("hold " + path)
+
+    def release(self, path: str) -> None:
+        """Let the held fsyncs of path, and later ones, go on."""
+        self._ask("release " + path)
+
+    def fail(self, path: str) -> None:
+        """Make every fsync of path fail with EIO (durable nothing) until heal(path)."""
+        self._ask("fail " + path)
+
+    def heal(self, path: str) -> None:
+        self._ask("heal " + path)
 
     def close(self) -> None:
         """Unmount (fusermount3 -u) and wait for this LazyFS process, and only it, to end."""
@@ -133,6 +154,7 @@ def _serve(backing: str, mount: str) -> None:
         def __init__(self):
             # Not "lock": that name is a FUSE operation, and defining it would take POSIX
             # locks away from the kernel, which keeps them right for SQLite when we don't.
+            # (So the fsync controls below end in _fsyncs: "release" is one too.)
             self.mutex = threading.RLock()
             self.files: dict[str, _File] = {}  # mount path -> in-memory contents
             self.handles: dict[int, tuple[int, int]] = {}  # fh -> (backing fd, epoch)
@@ -141,7 +163,10 @@ def _serve(backing: str, mount: str) -> None:
             self.new_names: set[str] = set()  # created since their directory's last fsync
             self.fsyncs_by_path: dict[str, int] = {}
             self.counts = {"fsyncs": 0, "fsyncdirs": 0, "bytes_written": 0,
-                           "bytes_made_durable": 0, "cuts": 0, "late_writes_refused": 0}
+                           "bytes_made_durable": 0, "cuts": 0, "late_writes_refused": 0,
+                           "fsyncs_held": 0, "fsyncs_failed": 0}
+            self.holds: dict[str, threading.Event] = {}  # path -> set once released
+            self.failing: set[str] = set()
 
         # -- helpers ------------------------------------------------------------------
         def real(self, path: str) -> str:
@@ -293,8 +318,18 @@ def _serve(backing: str, mount: str) -> None:
                 return 0
 
         def fsync(self, path, datasync, fh):
+            gate = self.holds.get(path)
+            if gate is not None:  # waits outside the mutex: other calls go on meanwhile
+                with self.mutex:
+                    self.counts["fsyncs_held"] += 1
+                gate.wait()
+                with self.mutex:
+                    self.counts["fsyncs_held"] -= 1
             with self.mutex:
                 self.fd(fh)
+                if path in self.failing:
+                    self.counts["fsyncs_failed"] += 1
+                    raise FuseOSError(errno.EIO)
                 self.counts["fsyncs"] += 1
                 self.fsyncs_by_path[path] = self.fsyncs_by_path.get(path, 0) + 1
                 file = self.files.get(path)
@@ -360,22 +395,50 @@ def _serve(backing: str, mount: str) -> None:
                 return dict(self.counts, fsyncs_by_path=dict(self.fsyncs_by_path),
                             unsynced_pages=sum(len(f.dirty) for f in self.files.values()))
 
+        def hold_fsyncs(self, path: str) -> dict:
+            with self.mutex:
+                self.holds.setdefault(path, threading.Event())
+            return {"held": path}
+
+        def release_fsyncs(self, path: str) -> dict:
+            with self.mutex:
+                gate = self.holds.pop(path, None)
+            if gate is not None:
+                gate.set()
+            return {"released": path}
+
+        def fail_fsyncs(self, path: str) -> dict:
+            with self.mutex:
+                self.failing.add(path)
+            return {"failing": path}
+
+        def heal_fsyncs(self, path: str) -> dict:
+            with self.mutex:
+                self.failing.discard(path)
+            return {"healed": path}
+
     lazy = Lazy()
 
     def control() -> None:
+        on_path = {"hold": lazy.hold_fsyncs, "release": lazy.release_fsyncs,
+                   "fail": lazy.fail_fsyncs, "heal": lazy.heal_fsyncs}
         for line in sys.stdin:
-            command = line.strip()
+            command, _, path = line.strip().partition(" ")
             if command == "cut":
                 answer = lazy.cut()
             elif command == "stats":
                 answer = lazy.stats()
+            elif command in on_path and path.startswith("/"):
+                answer = on_path[command](path)
             elif command == "quit":
                 break
             else:
-                answer = {"error": f"unknown command {command!r}"}
+                answer = {"error": f"unknown command {line.strip()!r}"}
             sys.stdout.write(json.dumps(answer) + "\n")
             sys.stdout.flush()
-        # Standard input closed or quit: the test is done with us.
+        # Standard input closed or quit: the test is done with us. Nothing stays held.
+        for path in list(lazy.holds):
+            lazy.release_fsyncs(path)
         subprocess.run(["fusermount3", "-u", "-z", mount], check=False)
 
     # attr/entry timeouts 0: a size or a name cached by the kernel would outlive a cut.

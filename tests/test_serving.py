@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import select
 import shutil
 import socket
 import subprocess
@@ -201,6 +202,40 @@ def test_pipelined_requests_on_one_connection_are_answered_in_order(toy_server):
             received += chunk
 
     assert re.findall(rb"/p\d+", received) == [f"/p{n}".encode() for n in range(20)]
+
+
+def _answered(socks: list, quiet: float) -> set:
+    """The sockets that received an answer, gathered until none came for `quiet` seconds."""
+    answered, waiting = set(), set(socks)
+    while waiting:
+        ready = select.select(list(waiting), [], [], quiet)[0]
+        if not ready:
+            break
+        for sock in ready:
+            assert sock.recv(4096).startswith(b"HTTP/1.1 200 ")
+        answered.update(ready)
+        waiting.difference_update(ready)
+    return answered
+
+
+def test_the_loop_lane_accepts_waiting_connections_up_to_waitress_s_limit(toy_server):
+    _, port, _ = toy_server()
+    # All connect and ask at once, as crond's jobs do; each keeps its connection open.
+    socks = [socket.create_connection(("127.0.0.1", port), timeout=30) for _ in range(120)]
+    try:
+        for sock in socks:
+            sock.sendall(b"GET /x HTTP/1.1\r\nHost: x\r\n\r\n")
+        served = _answered(socks, quiet=1.0)
+        # waitress's connection_limit (100) counts its listening socket and trigger too.
+        assert 95 <= len(served) <= 100
+        rest = [sock for sock in socks if sock not in served]
+        for sock in served:
+            sock.close()  # room again: the waiting connections are accepted and served
+
+        assert len(_answered(rest, quiet=5.0)) == len(rest)
+    finally:
+        for sock in socks:
+            sock.close()
 
 
 def test_an_error_in_the_app_is_a_500_and_the_server_goes_on(toy_server):

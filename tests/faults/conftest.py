@@ -297,6 +297,22 @@ def private_pg():
     shutil.rmtree(root, ignore_errors=True)
 
 
+# --- a file system that loses what was not fsynced -------------------------------------------
+
+@pytest.fixture
+def lazyfs(tmp_path):
+    """A LazyFS mount (tests/lazyfs.py) over tmp_path/backing; fails in CI (CI set, or
+    .ci/run's QL_REQUIRE_POSTGRES=1) and skips elsewhere if FUSE cannot mount."""
+    from lazyfs import LazyFS, MountFailed
+    try:
+        with LazyFS(str(tmp_path / "backing"), str(tmp_path / "mnt")) as fs:
+            yield fs
+    except MountFailed as exc:
+        if os.environ.get("CI") or REQUIRE_PG:
+            pytest.fail(f"FUSE cannot mount in CI: {exc}")
+        pytest.skip(f"FUSE cannot mount here: {exc}")
+
+
 # --- a small tmpfs ---------------------------------------------------------------------------
 
 def mounted_tmpfs(size: str):

@@ -22,7 +22,7 @@ import pytest
 
 from conftest import ROOT, STARTUP, run_cli
 from invariants import Inspector
-from lazyfs import LazyFS, MountFailed
+from lazyfs import LazyFS
 
 from .conftest import execution_id, make_crons, send_callback
 
@@ -32,18 +32,6 @@ CUTS = int(os.environ.get("QL_POWER_CUTS", "200"))
 CRONS = 3  # client threads, one cron each, as crond runs different jobs at once
 MOST_ANSWERS_BEFORE_A_CUT = 60
 WAL = "/data/qlshadow.db-wal"  # the WAL's path inside the mount
-
-
-@pytest.fixture
-def lazyfs(tmp_path):
-    """A LazyFS mount over tmp_path/backing; fails in CI and skips elsewhere if FUSE cannot mount."""
-    try:
-        with LazyFS(str(tmp_path / "backing"), str(tmp_path / "mnt")) as fs:
-            yield fs
-    except MountFailed as exc:
-        if os.environ.get("CI"):
-            pytest.fail(f"FUSE cannot mount in CI: {exc}")
-        pytest.skip(f"FUSE cannot mount here: {exc}")
 
 
 def _fsync(path: str) -> None:
