@@ -1,9 +1,13 @@
 #!/usr/bin/env python3
 """What QL_SQLITE_SYNCHRONOUS=full costs against normal, side by side in one run.
 
-For each level and with Shadow off and on, starts `qlshadow serve` on a fresh data dir
+For each design and with Shadow off and on, starts `qlshadow serve` on a fresh data dir
 (its own process, a free loopback port, stopped by its PID) and drives the same crond
-waves over HTTP (scripts/bench.py's wave and drive). Two passes per server:
+waves over HTTP (scripts/bench.py's wave and drive). The designs: `normal`, `full` (as
+shipped: the callbacks of one poll share one fsync, app/group_commit.py) and `full-each`
+(serving.serve(group_commit=False): each commit fsyncs, as before the group commit).
+With --connections new every callback comes on a connection of its own, as task.sh sends
+it, instead of over keep-alive clients. Two passes per server:
 
   disk     the data dir on this machine's disk: callbacks/s, the server's CPU per
            callback, and bytes it sent to storage per callback (/proc/PID/io write_bytes)
@@ -33,7 +37,10 @@ sys.path[:0] = [HERE, os.path.join(ROOT, "tests")]
 
 from bench import drive, proc_cpu_seconds, proc_write_bytes, wave  # noqa: E402
 
-LEVELS = ("normal", "full")
+# design -> (QL_SQLITE_SYNCHRONOUS, serving.serve's group_commit)
+DESIGNS = {"normal": ("normal", True), "full": ("full", True), "full-each": ("full", False)}
+SERVE_SOURCE = ("import sys; from qlshadow import config, serving; "
+                "sys.exit(serving.serve(config.load(), group_commit=sys.argv[1] == 'on'))")
 
 
 def progress(message: str) -> None:
@@ -43,8 +50,9 @@ def progress(message: str) -> None:
 class Product:
     """`qlshadow serve` with one synchronous level on a fresh data dir; stopped by its PID."""
 
-    def __init__(self, data_dir: str, level: str, shadow: bool):
+    def __init__(self, data_dir: str, design: str, shadow: bool):
         self.data_dir = data_dir
+        level, grouped = DESIGNS[design]
         env = {k: v for k, v in os.environ.items() if not k.startswith(("QL_", "QL3_"))}
         env.update({"QL_DATA_DIR": data_dir, "QL_HOST": "127.0.0.1", "QL_PORT": "0",
                     "QL_SCHEDULER": "node", "QL_CRONTAB_INSTALL": "",
@@ -56,7 +64,8 @@ class Product:
             self.token = json.load(fh)["value"]
         self.log_path = os.path.join(data_dir, "serve.log")
         with open(self.log_path, "wb") as log:
-            self.process = subprocess.Popen([sys.executable, "-m", "qlshadow.cli", "serve"],
+            self.process = subprocess.Popen([sys.executable, "-c", SERVE_SOURCE,
+                                             "on" if grouped else "off"],
                                             env=env, cwd=ROOT, stdout=log,
                                             stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 60
@@ -111,15 +120,46 @@ def bodies_for(cron_ids: list, callbacks: int) -> list:
     return bodies[:callbacks]
 
 
-def one_pass(data_dir: str, level: str, shadow: bool, args, fs=None) -> dict:
+def drive_new_connections(port: int, bodies: list, clients: int, headers: dict) -> dict:
+    """Send bodies from `clients` threads, each callback on a new connection (as task.sh)."""
+    import http.client
+    import itertools
+    import threading
+    counter, errors = itertools.count(), []
+
+    def client():
+        while (i := next(counter)) < len(bodies):
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+            try:
+                conn.request("PUT", "/open/crons/status", body=bodies[i], headers=headers)
+                response = conn.getresponse()
+                response.read()
+                if response.status != 200:
+                    errors.append(f"{response.status}")
+            except (OSError, http.client.HTTPException) as exc:
+                errors.append(f"{type(exc).__name__}: {exc}")
+            finally:
+                conn.close()
+
+    threads = [threading.Thread(target=client) for _ in range(clients)]
+    began = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return {"seconds": time.perf_counter() - began, "errors": errors}
+
+
+def one_pass(data_dir: str, design: str, shadow: bool, args, fs=None) -> dict:
     """Drive one fresh server; returns its figures (per callback where it says so)."""
     os.makedirs(data_dir)
-    product = Product(data_dir, level, shadow)
+    product = Product(data_dir, design, shadow)
+    send = drive if args.connections == "kept" else drive_new_connections
     try:
         bodies = bodies_for(product.create_crons(args.crons), args.callbacks)
         cpu0, io0 = proc_cpu_seconds(product.process.pid), proc_write_bytes(product.process.pid)
         fs0 = fs.stats() if fs else None
-        result = drive(product.port, bodies, args.clients, product.headers())
+        result = send(product.port, bodies, args.clients, product.headers())
         cpu1, io1 = proc_cpu_seconds(product.process.pid), proc_write_bytes(product.process.pid)
         fs1 = fs.stats() if fs else None
     finally:
@@ -138,8 +178,8 @@ def one_pass(data_dir: str, level: str, shadow: bool, args, fs=None) -> dict:
 
 def run(args) -> dict:
     base = tempfile.mkdtemp(prefix="qlshadow-durability-", dir=args.dir)
-    configs = [(level, shadow) for shadow in (False, True) for level in LEVELS]
-    raw: dict = {f"{level} shadow {'on' if shadow else 'off'}": [] for level, shadow in configs}
+    configs = [(design, shadow) for shadow in (False, True) for design in args.design]
+    raw: dict = {f"{design} shadow {'on' if shadow else 'off'}": [] for design, shadow in configs}
     fs = None
     try:
         from lazyfs import LazyFS, MountFailed
@@ -149,13 +189,13 @@ def run(args) -> dict:
             progress(f"no fsync counts: {exc}")
         for round_number in range(args.rounds):
             order = configs if round_number % 2 == 0 else configs[::-1]
-            for level, shadow in order:
-                name = f"{level} shadow {'on' if shadow else 'off'}"
+            for design, shadow in order:
+                name = f"{design} shadow {'on' if shadow else 'off'}"
                 progress(f"round {round_number + 1}: {name}")
-                tag = f"{round_number}-{level}-{int(shadow)}"
-                figures = one_pass(os.path.join(base, "disk", tag), level, shadow, args)
+                tag = f"{round_number}-{design}-{int(shadow)}"
+                figures = one_pass(os.path.join(base, "disk", tag), design, shadow, args)
                 if fs:
-                    counted = one_pass(os.path.join(fs.mount, tag), level, shadow, args, fs)
+                    counted = one_pass(os.path.join(fs.mount, tag), design, shadow, args, fs)
                     figures.update(fsyncs_per_callback=counted["fsyncs_per_callback"],
                                    file_bytes_per_callback=counted["file_bytes_per_callback"])
                 raw[name].append(figures)
@@ -174,7 +214,7 @@ def render(results: dict) -> str:
                ("storage_bytes_per_callback", "bytes to storage/callback", "{:,.0f}"),
                ("file_bytes_per_callback", "bytes written/callback (FUSE)", "{:,.0f}"),
                ("fsyncs_per_callback", "fsyncs/callback", "{:.3f}"))
-    lines = ["| synchronous, Shadow | " + " | ".join(title for _, title, _ in columns) + " |",
+    lines = ["| design, Shadow | " + " | ".join(title for _, title, _ in columns) + " |",
              "|---|" + "---:|" * len(columns)]
     for name, figures in results["median"].items():
         cells = [fmt.format(figures[key]) if key in figures else "n/a" for key, _, fmt in columns]
@@ -187,11 +227,16 @@ def main(argv=None) -> int:
     parser.add_argument("--callbacks", type=int, default=4000, help="callbacks per pass")
     parser.add_argument("--crons", type=int, default=20, help="crons in each wave")
     parser.add_argument("--clients", type=int, default=4, help="concurrent HTTP clients")
+    parser.add_argument("--connections", choices=("kept", "new"), default="kept",
+                        help="keep-alive clients, or a new connection per callback (task.sh)")
+    parser.add_argument("--design", action="append", choices=tuple(DESIGNS),
+                        help="designs to run (repeatable; default: all)")
     parser.add_argument("--rounds", type=int, default=3, help="rounds (order alternates)")
     parser.add_argument("--dir", default=None,
                         help="where the fresh data dirs go (a disk, not a tmpfs: fsync is free there)")
     parser.add_argument("--json", default=None, help="also write the raw figures here")
     args = parser.parse_args(argv)
+    args.design = args.design or list(DESIGNS)
     results = run(args)
     print(render(results))
     if args.json:
