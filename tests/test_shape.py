@@ -3,6 +3,7 @@ declared auth, and one integer parser for every way an id comes in."""
 from __future__ import annotations
 
 import ast
+import json
 import glob
 import os
 import subprocess
@@ -175,3 +176,43 @@ def test_the_integer_parser_takes_ints_and_ascii_digits_only():
     assert [to_int(v, 0, 100) for v in ("", "4 2", "-1", "٤٢", 4.0, True, None, "101")] == [None] * 8
     with pytest.raises(InvalidInput, match="'limit' must be an integer between 1 and 500"):
         parse_int("0", "limit", 1, 500)
+
+
+_IDLE_SERVER = r"""
+import json, sys, uuid
+from qlshadow import config
+from qlshadow.auth import system_token
+from qlshadow.views import create_app
+from qlshadow import db
+app = create_app(config.load())
+with db.database.connection_context(), db.write_transaction():
+    token = system_token(app.extensions["qlshadow"].token_file)["value"]
+client = app.test_client()
+auth = {"Authorization": "Bearer " + token}
+cron = client.post("/open/crons", headers=auth, json={"name": "a", "command": "true",
+                   "schedule": "* * * * *"}).get_json()["data"]["id"]
+for status in (0, 1):
+    assert client.put("/open/crons/status", headers=auth, json={
+        "ids": [cron], "status": status, "pid": 1, "log_path": "a/1.log",
+        "execution_id": "legacy-system:1764460800:" + str(uuid.UUID(int=1, version=4))}).status_code == 200
+assert client.get("/health").status_code == 200
+print(json.dumps(sorted(name for name in sys.modules if name.startswith("qlshadow."))))
+"""
+
+
+@pytest.mark.parametrize("shadow", ["", "scheduled_system"])
+def test_a_server_answering_callbacks_and_health_loads_nothing_for_pages_and_reads(tmp_path, shadow):
+    # Every module is memory on an idle router: what only a page, the gate, a read of Runs or
+    # an alert tick needs is imported by the view or command that needs it.
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("QL_", "QL3_"))}
+    env.update({"QL_DATA_DIR": str(tmp_path / "data"), "QL_SCHEDULER": "node",
+                "QL_CRONTAB_INSTALL": "", "QL3_SHADOW_ORIGINS": shadow})
+    result = subprocess.run([sys.executable, "-c", _IDLE_SERVER], env=env, cwd=ROOT,
+                            capture_output=True, text=True, timeout=60, check=True)
+    loaded = set(json.loads(result.stdout.splitlines()[-1]))
+
+    unneeded = {"qlshadow.overview", "qlshadow.health", "qlshadow.shadow.reader",
+                "qlshadow.reconcile", "qlshadow.alerts", "qlshadow.notify", "qlshadow.logs",
+                "qlshadow.cli", "qlshadow.textout", "qlshadow.gate_report"}
+    assert loaded & unneeded == set()
+    assert ("qlshadow.shadow.writer" in loaded) == bool(shadow)

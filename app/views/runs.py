@@ -6,15 +6,17 @@ from flask import Blueprint, current_app, request
 
 from ..errors import InvalidInput, NotFound
 from ..parse import INT64_MAX
-from ..shadow import RUN_STATES, reader
+from ..shadow import RUN_STATES
 from .common import ok, query_int, requires_scope
 
 bp = Blueprint("runs", __name__, url_prefix="/open/runs")
+# The Run reader is imported by the views that read: an idle server never loads it.
 
 
 @bp.route("", methods=["GET"])
 @requires_scope("runs")
 def listing():
+    from ..shadow import reader
     state = request.args.get("state") or None
     if state is not None and state not in RUN_STATES:
         raise InvalidInput(f"'state' must be one of {', '.join(RUN_STATES)}.")
@@ -28,6 +30,7 @@ def listing():
 @bp.route("/failures", methods=["GET"])
 @requires_scope("runs")
 def failures():
+    from ..shadow import reader
     return ok(reader.list_failures(query_int("limit", 50, 1, 500),
                                    query_int("before", None, 1, INT64_MAX)))
 
@@ -35,6 +38,7 @@ def failures():
 @bp.route("/<run_id>", methods=["GET"])
 @requires_scope("runs")
 def show(run_id: str):
+    from ..shadow import reader
     run = reader.get_run(run_id) if reader.UUID_TEXT.fullmatch(run_id) else None
     if run is None:
         raise NotFound(f"Run {run_id} does not exist.")
@@ -59,6 +63,7 @@ def _log_answer(owner: str, stored: str | None):
 @requires_scope("runs")
 def run_log(run_id: str):
     """The tail of a Run's task log: the file its own callbacks named."""
+    from ..shadow import reader
     run = reader.get_run(run_id) if reader.UUID_TEXT.fullmatch(run_id) else None
     if run is None:
         raise NotFound(f"Run {run_id} does not exist.")
