@@ -88,12 +88,25 @@ class Client:
         response.read()
         return response.status
 
+    def call(self) -> str:
+        """A running callback answered 200; returns its execution id."""
+        self.send()
+        assert self.answer() == 200
+        return self.eid
+
     def warm(self) -> None:
         """One request on the connection, so that the server has accepted it before the test."""
         self.conn.request("GET", "/health")
         response = self.conn.getresponse()
         response.read()
         assert response.status == 200
+
+
+def committing_at_normal(server) -> tuple[Client, str]:
+    """A client whose first callback was answered: from then on the loop's connection
+    commits at NORMAL and the group commit fsyncs for it. Returns it and that execution id."""
+    client = Client(server)
+    return client, client.call()
 
 
 def wait_for(predicate, what: str, timeout: float = 30) -> None:
@@ -126,10 +139,7 @@ def unread_requests(port: int) -> int:
 
 
 def test_a_callback_is_answered_only_once_its_commit_is_on_disk(service, lazyfs):
-    client = Client(service)
-    client.send()
-    assert client.answer() == 200  # from now on the loop's connection commits at NORMAL
-    first = client.eid
+    client, first = committing_at_normal(service)
     lazyfs.hold(WAL)
     client.send()
     # Committed, not yet durable. (Nothing here opens the database meanwhile: the held fsync
@@ -153,9 +163,7 @@ def test_callbacks_that_arrive_together_share_one_fsync(service, lazyfs, connect
     """Eight callbacks arrive while the loop waits in an fsync: on connections it already
     serves, or each on a new one, as task.sh sends them (waitress accepts one connection
     per poll; the loop lane takes all that wait)."""
-    first = Client(service)
-    first.send()
-    assert first.answer() == 200  # the loop's connection commits at NORMAL from now on
+    first, _ = committing_at_normal(service)
     others = [Client(service) for _ in range(8)] if connections == "kept" else []
     for client in others:
         client.warm()
@@ -178,10 +186,7 @@ def test_callbacks_that_arrive_together_share_one_fsync(service, lazyfs, connect
 
 
 def test_a_failed_fsync_answers_no_callback_and_health_says_why(service, lazyfs):
-    client = Client(service)
-    client.send()
-    assert client.answer() == 200  # from now on the loop's connection commits at NORMAL
-    first = client.eid
+    client, first = committing_at_normal(service)
     lazyfs.fail(WAL)
     client.send()
     with pytest.raises((HTTPException, OSError)):
@@ -197,8 +202,7 @@ def test_a_failed_fsync_answers_no_callback_and_health_says_why(service, lazyfs)
     lazyfs.heal(WAL)
     unanswered = client.eid
     client = Client(service)
-    client.send()
-    assert client.answer() == 200
+    client.call()
     assert http("GET", service.url + "/health")[1]["data"]["last_write"]["ok"] is True
     # SQLite kept the unanswered callback's commit; the next fsync made it durable too.
     service.process.kill()
@@ -211,11 +215,9 @@ def test_a_failed_fsync_answers_no_callback_and_health_says_why(service, lazyfs)
 def test_at_synchronous_normal_no_callback_waits_for_an_fsync(start_service, lazyfs):
     service = start_service(QL_SQLITE_SYNCHRONOUS="normal")
     client = Client(service)
-    client.send()
-    assert client.answer() == 200
+    client.call()
     lazyfs.hold(WAL)  # an fsync now would keep every answer below from coming
 
     for _ in range(5):
-        client.send()
-        assert client.answer() == 200
+        client.call()
     assert lazyfs.stats()["fsyncs_held"] == 0
