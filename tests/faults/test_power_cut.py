@@ -31,8 +31,8 @@ pytestmark = pytest.mark.faults
 CUTS = int(os.environ.get("QL_POWER_CUTS", "200"))
 CRONS = 3  # client threads, one cron each, as crond runs different jobs at once
 # How many answers a cut may wait for. At normal the WAL is fsynced only at its checkpoint
-# (1 MiB: up to about 160 of these callbacks), so its cuts must reach past one for some of them to
-# fall after a checkpoint and find what came before it kept.
+# (1 MiB: up to about 160 of these callbacks), so its cuts must reach past one for some of
+# them to fall after a checkpoint and find what came before it kept.
 MOST_ANSWERS_BEFORE_A_CUT = {"full": 60, "normal": 250}
 WAL = "/data/qlshadow.db-wal"  # the WAL's path inside the mount
 
