@@ -2,8 +2,9 @@
 
 Standard library only and no Flask: `qlshadow notify` imports this module, the callback
 path never does. `send` makes one attempt with a short timeout and never raises for a
-channel's failure; whoever calls it decides about retries. No URL, token or password is
-ever part of a result or a log line.
+channel's failure; whoever calls it decides about retries. Every result leaves through
+`send`, which cuts it to one line and scrubs the channel's secrets and every query string
+from it, so no token or password reaches the notification log or a terminal.
 """
 from __future__ import annotations
 
@@ -25,6 +26,8 @@ DEFAULT_TIMEOUT = 5.0
 # A channel's reply is read only to judge success and quote its first line.
 REPLY_MAX_BYTES = 65536
 REASON_MAX_CHARS = 200
+# A same-origin redirect is followed this many times at most; one to another origin never.
+MAX_REDIRECTS = 3
 WEBHOOK_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
 WEBHOOK_CONTENT_TYPES = ("application/x-www-form-urlencoded", "application/json",
                          "multipart/form-data", "text/plain")
@@ -99,12 +102,16 @@ def send(channel: Channel, title: str, content: str) -> Result:
     try:
         prepared = _CHANNELS[channel.name][1](channel.values, title, content)
         if channel.name == "smtp":
-            return _send_smtp(prepared, title, content, channel.timeout)
-        return _send_http(prepared, channel.timeout)
+            result = _send_smtp(prepared, title, content, channel.timeout)
+        else:
+            result = _send_http(prepared, channel.timeout)
     except ChannelError as exc:
         return Result(False, str(exc))
     except Exception as exc:  # a last resort: one channel's surprise must not stop the others
         return Result(False, f"unexpected error: {type(exc).__name__}")
+    # The one place a result is composed from what the other side said: a receiver may
+    # echo the request, and the result goes to the notification log and the terminal.
+    return Result(result.ok, scrub(result.reason, channel.values, prepared))
 
 
 def test_message() -> tuple[str, str]:
@@ -115,12 +122,77 @@ def test_message() -> tuple[str, str]:
             "This channel works.")
 
 
+# --- results --------------------------------------------------------------------------------
+
+# Settings whose values are not secret; every other value is, a new channel's too.
+_PUBLIC_KEYS = frozenset({
+    "QL_NOTIFY_TIMEOUT", "WEBHOOK_METHOD", "WEBHOOK_CONTENT_TYPE", "NTFY_PRIORITY",
+    "GOTIFY_PRIORITY", "SMTP_SERVER", "SMTP_SSL", "TG_PROXY_PORT", "BARK_ARCHIVE",
+    "BARK_GROUP", "BARK_SOUND", "BARK_ICON", "BARK_LEVEL", "PUSH_PLUS_TEMPLATE",
+    "PUSH_PLUS_CHANNEL",
+})
+# Shorter values are not hidden: masking every "1" or "ops" would garble the reason, and
+# a secret that short is no secret.
+SECRET_MIN_CHARS = 4
+# Headers built from the settings that carry credentials (a Basic pair, a Bearer token).
+_CREDENTIAL_HEADER = re.compile(r"auth|key|token|secret|sign|cookie|pass", re.IGNORECASE)
+_QUERY = re.compile(r"\?[^\s\"'<>]+")
+MASK = "***"
+
+
+def _secret_texts(values: Mapping[str, str], request=None) -> list[str]:
+    """Every text that would give a secret away, longest first."""
+    found: set = set()
+
+    def add(text: str, words: bool = False) -> None:
+        text = text.strip()
+        if len(text) < SECRET_MIN_CHARS:
+            return
+        # As written, and as a URL or a form would carry it.
+        found.update({text, urllib.parse.quote(text, safe=""), urllib.parse.quote_plus(text)})
+        if words:  # "Bearer <token>": the token alone is echoed too
+            for word in text.split():
+                add(word)
+
+    for key, value in values.items():
+        if key in _PUBLIC_KEYS:
+            continue
+        if "://" in value:  # an address: its origin is not secret, the rest may be
+            parts = urllib.parse.urlsplit(value.strip())
+            userinfo = parts.netloc.rpartition("@")[0]
+            for text in (userinfo, *userinfo.split(":", 1), parts.path):
+                add(text)
+            for _, text in urllib.parse.parse_qsl(parts.query):
+                add(text)
+            continue
+        add(value)
+        add(value.rpartition("@")[0])  # user:password@host
+        for line in value.splitlines():  # WEBHOOK_HEADERS and WEBHOOK_BODY: key: value lines
+            add(line)
+            add(line.partition(":")[2], words=True)
+    for name, value in getattr(request, "headers", {}).items():
+        if _CREDENTIAL_HEADER.search(name):
+            add(value, words=True)
+    return sorted(found, key=len, reverse=True)
+
+
+def scrub(reason: str, values: Mapping[str, str], request=None) -> str:
+    """A reason fit for a log: one line, no secret of the channel's, no query string."""
+    lines = reason.strip().splitlines()
+    text = lines[0].strip() if lines else ""
+    texts = _secret_texts(values, request)
+    if texts:
+        text = re.sub("|".join(map(re.escape, texts)), MASK, text)
+    text = _QUERY.sub("?" + MASK, text)
+    return text[:REASON_MAX_CHARS]
+
+
 # --- transport ------------------------------------------------------------------------------
 
 def _first_line(raw: bytes) -> str:
+    # Not cut to REASON_MAX_CHARS here: a secret cut in two would escape the scrubbing.
     text = raw.decode("utf-8", "replace").strip()
-    line = text.splitlines()[0].strip() if text else "(empty body)"
-    return line[:REASON_MAX_CHARS]
+    return text.splitlines()[0].strip() if text else "(empty body)"
 
 
 def _network_reason(exc: BaseException, timeout: float) -> str:
@@ -136,27 +208,76 @@ def _send_http(request: _HttpRequest, timeout: float) -> Result:
     import http.client
     import urllib.error
     import urllib.request
-    # A proxy set for the channel replaces the environment's (http_proxy and the like).
-    handlers = ([urllib.request.ProxyHandler({"http": request.proxy, "https": request.proxy})]
-                if request.proxy else [])
+
+    class NoRedirect(urllib.request.HTTPRedirectHandler):
+        # Replaces the default handler, which would follow any redirect anywhere with the
+        # headers (Authorization among them) and turn a POST into a GET without its body.
+        # Declining leaves every 3xx to the default error handler: an HTTPError, below.
+        def redirect_request(self, req, fp, code, msg, headers, newurl):
+            return None
+
+    # A proxy set for the channel replaces the environment's (http_proxy and the like),
+    # which build_opener's default ProxyHandler reads otherwise.
+    handlers = [NoRedirect()]
+    if request.proxy:
+        handlers.append(urllib.request.ProxyHandler({"http": request.proxy,
+                                                     "https": request.proxy}))
     opener = urllib.request.build_opener(*handlers)
-    outgoing = urllib.request.Request(request.url, data=request.body, headers=request.headers,
-                                      method=request.method)
-    try:
-        with opener.open(outgoing, timeout=timeout) as reply:
-            status, body = reply.status, reply.read(REPLY_MAX_BYTES)
-    except urllib.error.HTTPError as exc:
-        with exc:
-            return Result(False, f"HTTP {exc.code}: {_first_line(exc.read(REPLY_MAX_BYTES))}")
-    except urllib.error.URLError as exc:
-        reason = exc.reason if isinstance(exc.reason, BaseException) else OSError(exc.reason)
-        return Result(False, _network_reason(reason, timeout))
-    except (OSError, http.client.HTTPException) as exc:
-        return Result(False, _network_reason(exc, timeout))
+    url = request.url
+    for _ in range(MAX_REDIRECTS + 1):
+        outgoing = urllib.request.Request(url, data=request.body, headers=request.headers,
+                                          method=request.method)
+        try:
+            with opener.open(outgoing, timeout=timeout) as reply:
+                status, body = reply.status, reply.read(REPLY_MAX_BYTES)
+            break
+        except urllib.error.HTTPError as exc:
+            with exc:
+                if not 300 <= exc.code < 400:
+                    return Result(False, f"HTTP {exc.code}: "
+                                         f"{_first_line(exc.read(REPLY_MAX_BYTES))}")
+                url, refused = _redirect(url, exc.headers.get("Location"), exc.code)
+            if refused:
+                return Result(False, refused)
+        except urllib.error.URLError as exc:
+            reason = exc.reason if isinstance(exc.reason, BaseException) else OSError(exc.reason)
+            return Result(False, _network_reason(reason, timeout))
+        except (OSError, http.client.HTTPException) as exc:
+            return Result(False, _network_reason(exc, timeout))
+    else:
+        return Result(False, f"redirected more than {MAX_REDIRECTS} times")
     problem = request.judge(body)
     if problem is not None:
         return Result(False, f"HTTP {status}: {problem}")
     return Result(True, f"HTTP {status}")
+
+
+def _origin(url: str) -> tuple[tuple, str]:
+    """(scheme, host, port) with the scheme's default port, and the origin as text."""
+    parts = urllib.parse.urlsplit(url)
+    scheme, host = parts.scheme.lower(), parts.hostname or ""
+    port = parts.port  # ValueError for a port that is not a number
+    shown = f"[{host}]" if ":" in host else host
+    text = f"{scheme}://{shown}" + (f":{port}" if port is not None else "")
+    return (scheme, host, port or {"http": 80, "https": 443}.get(scheme)), text
+
+
+def _redirect(url: str, location: str | None, code: int) -> tuple[str, str | None]:
+    """Where a 3xx reply sends the same request next, or why it is not followed.
+
+    Every 3xx is "repeat this request at the new address" (307/308 semantics, also for
+    301/302/303): a receiver that moved keeps getting the method, body and headers.
+    """
+    if not location:
+        return url, f"HTTP {code}: a redirect without a Location"
+    target = urllib.parse.urljoin(url, location.strip())
+    try:
+        (here, _), (there, shown) = _origin(url), _origin(target)
+    except ValueError:
+        return url, f"HTTP {code}: a redirect to a malformed Location refused"
+    if there != here:
+        return url, f"redirect to another origin refused: {shown}"
+    return target, None
 
 
 def _judge_json(accept: Callable[[dict], bool]) -> Callable[[bytes], str | None]:

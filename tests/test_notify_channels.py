@@ -44,8 +44,10 @@ def no_proxy_from_the_environment(monkeypatch):
 class Receiver:
     """An HTTP server on 127.0.0.1 that records every request and answers as told.
 
-    `replies` is a list of (status, body) used in order, then `default` for the rest;
-    `hold` makes it never answer (until the test ends), for the timeout test.
+    `replies` is a list of (status, body) or (status, body, headers) used in order, then
+    `default` for the rest: one of those, or a function of the recorded request that
+    returns one (an echo); `hold` makes it never answer (until the test ends), for the
+    timeout test.
     """
 
     def __init__(self, default=(200, b"{}")):
@@ -60,14 +62,18 @@ class Receiver:
             def _record(self):
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else b""
-                receiver.requests.append({
-                    "method": self.command, "path": self.path,
-                    "headers": {k.lower(): v for k, v in self.headers.items()}, "body": body})
+                request = {"method": self.command, "path": self.path,
+                           "headers": {k.lower(): v for k, v in self.headers.items()},
+                           "body": body}
+                receiver.requests.append(request)
                 if receiver.hold:
                     receiver.released.wait()
                     return
-                status, reply = receiver.replies.pop(0) if receiver.replies else receiver.default
+                answer = receiver.replies.pop(0) if receiver.replies else receiver.default
+                status, reply, *headers = answer(request) if callable(answer) else answer
                 self.send_response(status)
+                for name, value in (headers[0] if headers else {}).items():
+                    self.send_header(name, value)
                 self.send_header("Content-Length", str(len(reply)))
                 self.end_headers()
                 self.wfile.write(reply)
