@@ -1,0 +1,1 @@
+"""Build and describe the OpenWrt package of qlshadow."""
