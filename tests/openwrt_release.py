@@ -11,18 +11,14 @@ OpenWrt package that installs it (scripts/pkgbuild/feeds.py, conf/openwrt/feeds/
 from __future__ import annotations
 
 import glob
-import importlib
 import json
 import os
-import shutil
 import signal
 import socket
-import stat
 import subprocess
 import sys
 import time
 import urllib.request
-from importlib import metadata
 from pathlib import Path
 
 import pytest
@@ -31,12 +27,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if os.path.join(ROOT, "scripts") not in sys.path:
     sys.path.insert(0, os.path.join(ROOT, "scripts"))
 
+import bench_closure  # noqa: E402
 from pkgbuild import feeds  # noqa: E402
 
 PYENV = os.environ.get("QL_TEST_PYENV", "/root/.pyenv/versions")
-# What /usr/lib/qlshadow/vendor bundles (distribution names).
-VENDORED = ("flask", "werkzeug", "jinja2", "markupsafe", "itsdangerous", "click", "blinker",
-            "peewee", "waitress", "cronsim")
 # Built by CPython's test targets, which OpenWrt configures away (--disable-test-modules).
 TEST_ONLY = ("test", "tests", "idle_test")
 TEST_ONLY_EXTENSIONS = ("_test", "_ctypes_test", "_xxtestfuzz", "xxlimited", "xxsubtype")
@@ -54,55 +48,11 @@ def release_python(release: str) -> str:
 # --- the package tree ----------------------------------------------------------------------
 
 def stage_package(dest: Path, release: str) -> Path:
-    """The files the package installs, under dest (dest/usr/bin/qlshadow, ...).
-
-    scripts/pkgbuild's staging when it is there (`pkgbuild.stage.stage(dest, release)`),
-    else a stand-in laid out the same way from this checkout and this venv's libraries.
-    """
-    try:
-        stage = importlib.import_module("pkgbuild.stage")
-    except ModuleNotFoundError:
-        stage = None
-    if stage is not None:
-        stage.stage(dest, release)
-        return dest
-    return _stage_fallback(dest)
-
-
-def _copy(src: str, dst: Path, mode: int = 0o644) -> None:
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(src, dst)
-    os.chmod(dst, mode)
-
-
-def _stage_fallback(dest: Path) -> Path:
-    lib = dest / "usr" / "lib" / "qlshadow"
-    _copy(os.path.join(ROOT, "conf", "qlshadow-wrapper.sh"), dest / "usr" / "bin" / "qlshadow", 0o755)
-    _copy(os.path.join(ROOT, "conf", "qlshadow.conf"), dest / "etc" / "qlshadow" / "qlshadow.conf",
-          0o600)
-    _copy(os.path.join(ROOT, "scripts", "smoke.sh"), lib / "smoke.sh", 0o755)
-    for path in glob.glob(os.path.join(ROOT, "shell", "*.sh")):
-        _copy(path, lib / "shell" / os.path.basename(path), 0o755)
-    app = os.path.join(ROOT, "app")
-    for path in glob.glob(os.path.join(app, "**", "*.py"), recursive=True) + \
-            glob.glob(os.path.join(app, "templates", "*.html")):
-        _copy(path, lib / "qlshadow" / os.path.relpath(path, app))
-    for name in VENDORED:
-        dist = metadata.distribution(name)
-        for file in dist.files or ():
-            parts = file.parts
-            # Pure Python only: the package is Architecture all (MarkupSafe falls back to
-            # its Python implementation without its C speedups).
-            if (parts[0].endswith((".dist-info", ".data")) or parts[0] == ".." or
-                    "__pycache__" in parts or file.suffix != ".py"):
-                continue
-            _copy(str(dist.locate_file(file)), lib / "vendor" / str(file))
-        # importlib.metadata finds the bundled versions (serve checks waitress's).
-        info = lib / "vendor" / f"{dist.metadata['Name']}-{dist.version}.dist-info"
-        info.mkdir(parents=True, exist_ok=True)
-        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist.metadata['Name']}\n"
-                                       f"Version: {dist.version}\n")
-    return dest
+    """The files the package installs, under dest (dest/usr/bin/qlshadow, ...): the tree
+    scripts/pkgbuild stages (`pkgbuild.stage.stage(dest, release)`) once it is there, else
+    a stand-in laid out the same way from this checkout and this venv's libraries."""
+    tree, _source = bench_closure.package_tree(dest, release)
+    return tree
 
 
 # --- the hidden standard library -----------------------------------------------------------
@@ -353,7 +303,3 @@ def fetch(url: str, data: dict | None = None, cookie: str | None = None) -> tupl
     except urllib.error.HTTPError as exc:
         with exc:
             return exc.code, exc.headers, exc.read()
-
-
-def is_executable(path: str) -> bool:
-    return bool(os.stat(path).st_mode & stat.S_IXUSR)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 
 import pytest
 
@@ -305,3 +306,27 @@ def test_the_stand_in_tree_mirrors_what_the_package_installs(trees):
     assert (lib / "vendor" / "peewee.py").is_file()
     assert not list(lib.rglob("*.so"))
     assert os.path.commonpath([str(root), ROOT]) != ROOT  # staged outside the checkout
+
+
+# --- the closure bench --------------------------------------------------------------------------
+
+def test_the_closure_bench_counts_our_package_each_declared_package_and_what_they_pull(tmp_path):
+    tree = tmp_path / "tree"
+    (tree / "usr" / "bin").mkdir(parents=True)
+    (tree / "usr" / "bin" / "qlshadow").write_bytes(os.urandom(10_000))  # does not compress
+    result = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "bench_closure.py"),
+                             "--release", "24.10", "--package", str(tree), "--json"],
+                            capture_output=True, text=True, timeout=300)
+
+    assert result.returncode == 0, result.stderr
+    [report] = json.loads(result.stdout)
+    rows = {row["package"].split()[0]: row for row in report["rows"]}
+    assert set(rows) == set(feeds.closure("24.10", feeds.depends("24.10"))) - set(
+        report["not_counted"]) | {"qlshadow"}
+    assert rows["qlshadow"]["unpacked"] == 10_000 and rows["qlshadow"]["compressed"] > 10_000
+    assert rows["libpython3"]["why"] == "pulled by python3-base"
+    assert all(rows[name]["why"] == "declared" and rows[name]["compressed"] > 0
+               for name in feeds.depends("24.10"))
+    assert report["total"] == sum(row["compressed"] for row in report["rows"])
+    assert report["budget"] == 6_000_000
+    assert "zlib" in report["not_counted"] and "libsqlite3" in report["not_counted"]
