@@ -29,6 +29,7 @@ if os.path.join(ROOT, "scripts") not in sys.path:
 
 import bench_closure  # noqa: E402
 from pkgbuild import feeds  # noqa: E402
+from shellenv import IN_CI  # noqa: E402
 
 PYENV = os.environ.get("QL_TEST_PYENV", "/root/.pyenv/versions")
 # Built by CPython's test targets, which OpenWrt configures away (--disable-test-modules).
@@ -41,7 +42,10 @@ def release_python(release: str) -> str:
     minor = feeds.load(release)["python"]["major_minor"]
     found = sorted(glob.glob(os.path.join(PYENV, f"{minor}.*", "bin", f"python{minor}")))
     if not found:
-        pytest.skip(f"no Python {minor} under {PYENV} (set QL_TEST_PYENV) for OpenWrt {release}")
+        reason = f"no Python {minor} under {PYENV} (set QL_TEST_PYENV) for OpenWrt {release}"
+        if IN_CI:
+            pytest.fail(reason + " — required in CI")
+        pytest.skip(reason)
     return found[-1]
 
 

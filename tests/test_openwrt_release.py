@@ -293,7 +293,7 @@ def test_notify_over_tls_without_python3_openssl_names_the_package_to_add(
     assert undeclared(server) == {}
 
 
-def test_the_stand_in_tree_mirrors_what_the_package_installs(trees):
+def test_the_staged_tree_holds_the_wrapper_the_app_the_shell_and_pure_python_libraries(trees):
     root = trees(RELEASES[0])
     lib = root / "usr" / "lib" / "qlshadow"
 
