@@ -32,6 +32,8 @@ WEBHOOK_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
 WEBHOOK_CONTENT_TYPES = ("application/x-www-form-urlencoded", "application/json",
                          "multipart/form-data", "text/plain")
 MULTILINE_KEYS = config.NOTIFY_MULTILINE_KEYS
+NEEDS_OPENSSL = ("needs the OpenWrt package python3-openssl "
+                 "(opkg install python3-openssl / apk add python3-openssl)")
 
 
 class ChannelError(Exception):
@@ -101,6 +103,13 @@ def send(channel: Channel, title: str, content: str) -> Result:
         return Result(False, channel.error)
     try:
         prepared = _CHANNELS[channel.name][1](channel.values, title, content)
+        needs_tls = prepared.use_ssl if channel.name == "smtp" else prepared.url.startswith("https:")
+        if needs_tls:
+            try:
+                import ssl  # noqa: F401
+            except ImportError:  # OpenWrt's python3-light lacks _ssl: say which package to add
+                what = "SMTP over SSL" if channel.name == "smtp" else "https"
+                return Result(False, f"{what} {NEEDS_OPENSSL}")
         if channel.name == "smtp":
             result = _send_smtp(prepared, title, content, channel.timeout)
         else:
