@@ -22,10 +22,8 @@ STATIC_BUSYBOX = "/opt/qlshadow-ci/busybox-static/bin/busybox"
 # one line ("param [command] [/usr/bin/qlshadow] ...") on stdout or on fd CALLS_FD.
 STANDINS = r"""
 config_load() { echo "config_load $1" >&${CALLS_FD:-1}; }
-config_get() {
-	eval "_set=\${UCI_$3+x}"
-	if [ -n "$_set" ]; then eval "$1=\$UCI_$3"; else eval "$1=\$4"; fi
-}
+# As functions.sh: an empty option reads as unset, and gets the default.
+config_get() { eval "$1=\${UCI_$3:-\$4}"; }
 config_get_bool() {
 	config_get "$1" "$2" "$3" "$4"
 	eval "_v=\$$1"

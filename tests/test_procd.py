@@ -179,6 +179,12 @@ def test_an_interface_adds_its_addresses_after_loopback_and_reloads_on_its_event
     assert "interface_trigger lan" in calls
 
 
+def test_an_interface_with_an_empty_host_listens_on_loopback_first():
+    calls = procd_calls(env={"NET4": "192.168.1.1"}, interface="lan", host="")
+
+    assert environment(calls)["QL_HOST"] == "127.0.0.1,192.168.1.1"
+
+
 def test_an_interface_without_an_address_keeps_loopback_and_says_so():
     calls = procd_calls(env={"NET4": "", "NET6": ""}, interface="wan", host="::1")
 
