@@ -1,5 +1,5 @@
 """The qlshadow command: serve, db init, app, token, cron, crontab, runs, log, reconcile,
-prune, notify, accept-failures.
+prune, backup, notify, accept-failures.
 
 Every command prints one clear line on stderr and exits non-zero when it fails. Data
 commands print a table for people (times in the box's local time, --utc for UTC) and
@@ -598,6 +598,32 @@ def _output_options(p, json_help: str = "print JSON for scripts, not a table") -
 TIME_HELP = "24h, 7d, 30m, 2026-11-30[T04:00], today, yesterday or epoch seconds"
 
 
+def cmd_backup(args) -> int:
+    """Snapshot the SQLite database (app/backup.py); --keep-list rewrites a sysupgrade list."""
+    import sqlite3
+
+    from . import backup, retention
+    settings = _settings(args, server=True)
+    try:
+        path = backup.snapshot(settings, args.path)
+    except sqlite3.Error as exc:
+        raise CliError(f"cannot snapshot the database: {exc}") from None
+    if path is None:
+        print("qlshadow: nothing to snapshot: the database is PostgreSQL (QL_DB_URL), "
+              "which keeps it", file=sys.stderr)
+    else:
+        print(path)
+    if args.keep_list:
+        with open(args.keep_list, encoding="utf-8") as fh:
+            listed = fh.read().splitlines()
+        # The prune reserve is random bytes that every start remakes.
+        kept = backup.keep_list(settings, listed, (retention.reserve_path(settings.data_dir),))
+        text = "".join(f"{line}\n" for line in kept)
+        with open(args.keep_list, "w", encoding="utf-8") as fh:
+            fh.write(text)
+    return 0
+
+
 class _Parser(argparse.ArgumentParser):
     """Usage mistakes are one line on stderr too (`--help` still prints the usage)."""
 
@@ -714,6 +740,18 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("prune", help="delete old Runs, instances, tokens and task logs now "
                        "(QL_RETENTION_*); print what was deleted")
     p.set_defaults(func=cmd_prune)
+
+    p = sub.add_parser("backup", help="write a consistent copy of the SQLite database (the "
+                       "online backup API; safe while serving) and print its path; on "
+                       "PostgreSQL there is nothing to copy")
+    p.add_argument("path", nargs="?", metavar="PATH",
+                   help="where to write it (default: the database's path + .snapshot, which "
+                   "a start restores when the database is missing)")
+    p.add_argument("--keep-list", metavar="FILE",
+                   help="also rewrite FILE, a list of paths to back up (sysupgrade's): add the "
+                   "conf file and the data dir's files, with the snapshot in place of the "
+                   "live database, its WAL and shared memory")
+    p.set_defaults(func=cmd_backup)
 
     p = sub.add_parser("notify", help="the alert tick crond runs every minute: find missed and "
                        "stuck crons, send new events through every channel, retry failed "

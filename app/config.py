@@ -70,7 +70,8 @@ DEFAULT_STORAGE_BUDGET = 6 * 1024 * 1024
 class Settings:
     data_dir: str = "./data"
     db_url: str = "sqlite:///./data/qlshadow.db"
-    host: str = "127.0.0.1"
+    host: str = "127.0.0.1"  # the first of hosts: the one URLs name
+    hosts: tuple = ("127.0.0.1",)  # every listen address QL_HOST lists
     port: int = 5600
     threads: int = 2  # SQLite's default; PostgreSQL's is 4 (see load)
     scheduler: str = "node"
@@ -227,6 +228,11 @@ def check_host(raw: str) -> str:
     return host
 
 
+def check_hosts(raw: str) -> tuple:
+    """QL_HOST: one listen address or host name, or several separated by commas."""
+    return tuple(dict.fromkeys(check_host(part) for part in raw.split(",")))
+
+
 def derive_base_url(host: str, port: int) -> str:
     """The URL tasks call: the listen address, with a wildcard address made loopback."""
     if host in ("0.0.0.0", ""):
@@ -300,7 +306,8 @@ def load(environ: Mapping[str, str] | None = None, config_file: str | None = Non
     data_dir = data_dir.rstrip("/") or "/"
     db_url = check_db_url(merged.get("QL_DB_URL", "").strip() or f"sqlite:///{data_dir}/qlshadow.db")
 
-    host = check_host(merged.get("QL_HOST", "127.0.0.1"))
+    hosts = check_hosts(merged.get("QL_HOST", "127.0.0.1"))
+    host = hosts[0]
     port = _int("QL_PORT", merged.get("QL_PORT", "5600"), 0, 65535)
     base_url = merged.get("QL_BASE_URL", "").strip()
     base_url = check_base_url(base_url) if base_url else derive_base_url(host, port)
@@ -319,6 +326,7 @@ def load(environ: Mapping[str, str] | None = None, config_file: str | None = Non
         data_dir=data_dir,
         db_url=db_url,
         host=host,
+        hosts=hosts,
         port=port,
         threads=_int("QL_THREADS", merged.get("QL_THREADS", default_threads(db_url)), 1, 64),
         scheduler=scheduler or _detect_scheduler(),

@@ -10,6 +10,7 @@ import errno
 import logging
 import os
 import select
+import sys
 import threading
 import time
 from contextlib import contextmanager
@@ -196,9 +197,13 @@ def open_database(settings, create: bool = True) -> tuple:
     upgraded to this code's version (app/schema.py; never dropping data). Without it
     (read-only commands), nothing is created and no write lock is taken: a database that
     does not exist yet is an error. Either way a schema newer than the code is refused.
+    With create, a missing SQLite database is first restored from its snapshot
+    (app/backup.py), so that nothing makes an empty one in its place.
     Returns (database, journal mode on SQLite or "").
     """
     _check_data_dir(settings.data_dir, create)
+    if create:
+        _restore_snapshot(settings)
     db = make_database(settings.db_url, settings.db_timeout, settings.sqlite_synchronous)
     bind(db)
     if is_sqlite(db):
@@ -214,6 +219,15 @@ def open_database(settings, create: bool = True) -> tuple:
             raise Unavailable(f"cannot open the SQLite database {db.database}: "
                               f"{_sqlite_cause(db.database, exc)}") from None
         raise
+
+
+def _restore_snapshot(settings) -> None:
+    """A database missing beside its snapshot (a firmware upgrade kept only the snapshot)
+    comes back before anything creates an empty one; one line says so."""
+    from .backup import restore
+    done = restore(settings)
+    if done:
+        print(f"qlshadow: {done}", file=sys.stderr, flush=True)
 
 
 def _check_data_dir(path: str, create: bool) -> None:

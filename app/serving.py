@@ -1,4 +1,5 @@
-"""`qlshadow serve`: waitress on every address of QL_HOST, callbacks never behind slow work.
+"""`qlshadow serve`: waitress on every address of QL_HOST (one host, or a comma list of
+them), callbacks never behind slow work.
 
 The listening sockets are bound here and handed to waitress through its documented `sockets`
 adjustment: a name such as `localhost` that resolves to 127.0.0.1 and ::1 gets one socket
@@ -72,17 +73,23 @@ class CallbackLane:
             return self.app(environ, start_response)
 
 
-def listen_sockets(host: str, port: int) -> list:
-    """Bound (not yet listening) TCP sockets, one per address host resolves to, one port.
+def listen_sockets(hosts, port: int) -> list:
+    """Bound (not yet listening) TCP sockets, one per address the host (or each of a list
+    of hosts) resolves to, all on one port.
 
     With port 0 the first address picks a free port and the others bind that same port;
     if another program holds it on a later address, the whole set is tried again.
     """
-    try:
-        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
-    except (OSError, UnicodeError) as exc:
-        reason = getattr(exc, "strerror", None) or str(exc)
-        raise ListenError(f"QL_HOST={host!r} does not resolve to an address: {reason}") from None
+    hosts = [hosts] if isinstance(hosts, str) else list(hosts)
+    infos = []
+    for host in hosts:
+        try:
+            infos += socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                        flags=socket.AI_PASSIVE)
+        except (OSError, UnicodeError) as exc:
+            reason = getattr(exc, "strerror", None) or str(exc)
+            raise ListenError(f"QL_HOST={host!r} does not resolve to an address: {reason}") from None
+    host = ",".join(hosts)
     addresses = {}  # (family, address) -> socket address; a hosts file may repeat a line
     for family, _, _, _, address in infos:
         if family in (socket.AF_INET, socket.AF_INET6):
@@ -271,9 +278,9 @@ class Server:
 LANES = ("loop", "lock", "off")
 
 
-def make_server(app, host: str, port: int, threads: int, callback_lane: str,
+def make_server(app, host, port: int, threads: int, callback_lane: str,
                 group=None, **options) -> Server:
-    """A waitress server for app on every address of host, callbacks in callback_lane
+    """A waitress server for app on every address of host (one, or a list), callbacks in callback_lane
     ("loop", "lock" or "off"; see the module's docstring), the loop lane's batches made
     durable by group (a group_commit.GroupCommit, or None); options: waitress adjustments."""
     if callback_lane not in LANES:
@@ -330,7 +337,7 @@ def serve(settings, threads: int | None = None, callback_lane: str | None = None
         from .group_commit import GroupCommit
         group = GroupCommit(db.database.obj, app.extensions[RUNTIME_KEY].writes.note_failed)
     try:
-        server = make_server(app, settings.host, settings.port, threads, callback_lane, group,
+        server = make_server(app, settings.hosts, settings.port, threads, callback_lane, group,
                              max_request_body_size=backstop, ident="qlshadow",
                              clear_untrusted_proxy_headers=True)
     except ListenError as exc:
@@ -344,7 +351,8 @@ def serve(settings, threads: int | None = None, callback_lane: str | None = None
         _startup_crontab(settings)
         database = db.describe(db.database.obj) + (f" ({journal})" if journal else "")
         origins = ",".join(sorted(settings.shadow_origins)) or "off"
-        print(f"qlshadow serving http://{url_host(settings.host)}:{server.port} "
+        urls = " ".join(f"http://{url_host(host)}:{server.port}" for host in settings.hosts)
+        print(f"qlshadow serving {urls} "
               f"database={database} scheduler={settings.scheduler} shadow_origins={origins} "
               f"threads={threads}", flush=True)
         if journal and journal != "wal":

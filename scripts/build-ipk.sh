@@ -158,7 +158,7 @@ Description: Cron status service for QingLong-style panels beside system crond.
  peewee, waitress and cronsim (pure Python).
 EOF
 printf '%s\n' /etc/config/qlshadow /etc/qlshadow/qlshadow.conf > "$CONTROL/conffiles"
-cp "$ROOT/conf/ipk/postinst" "$ROOT/conf/ipk/prerm" "$CONTROL/"
+cp "$ROOT/conf/openwrt/postinst" "$ROOT/conf/openwrt/prerm" "$CONTROL/"
 chmod 0755 "$CONTROL" "$CONTROL/postinst" "$CONTROL/prerm"
 chmod 0644 "$CONTROL/control" "$CONTROL/conffiles"
 # shellcheck disable=SC2086

@@ -10,8 +10,21 @@
 # One line per check: "ok - ...", "FAIL - ..." or "skip - ...". Exit 0 only when none
 # failed. POSIX sh: runs under BusyBox ash, dash and bash.
 
+usage() {
+	cat <<EOF
+usage: $0 BASE_URL TOKEN
+
+Smoke check of a running qlshadow service: /health, a temporary cron (deleted at the
+end), a running and an idle callback, and, when Shadow is on, its Run. One line per check
+("ok - ...", "FAIL - ...", "skip - ..."); exit 0 only when none failed, 2 on a usage
+mistake. TOKEN: a system token, e.g. the "value" in \$QL_DATA_DIR/token.json.
+EOF
+}
+case ${1:-} in
+	-h|--help) usage; exit 0 ;;
+esac
 if [ $# -ne 2 ] || [ -z "$1" ] || [ -z "$2" ]; then
-	echo "usage: $0 BASE_URL TOKEN" >&2
+	usage >&2
 	exit 2
 fi
 command -v curl >/dev/null 2>&1 || { echo "FAIL - curl is not installed" >&2; exit 2; }

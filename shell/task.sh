@@ -35,9 +35,18 @@ case $0 in
 esac
 . "$ql_dir/common.sh"
 
+ql_usage="usage: task.sh COMMAND...
+Run COMMAND (its words joined, by /bin/sh -c) as one cron task: its output goes to
+\$QL_DATA_DIR/log/<name>/, a running and an idle callback go to qlshadow around it, and
+the exit status is the command's own. ID names the cron; the other QL_* variables are
+listed at the top of this script."
 if [ $# -eq 0 ]; then
-  echo "usage: task.sh COMMAND..." >&2
+  echo "$ql_usage" >&2
   exit 2
+fi
+if [ "$*" = --help ]; then
+  echo "$ql_usage"
+  exit 0
 fi
 ql_cmd=$*
 ql_work=${QL_WORK_DIR:-}

@@ -1,11 +1,10 @@
 """Init scripts (CONTRACT.md §7): the SysV script started and stopped for real under BusyBox ash,
-dash and bash, with and without start-stop-daemon; the procd script's start_service and
-triggers run against a recording stand-in for procd's shell API; the systemd unit."""
+dash and bash, with and without start-stop-daemon; the systemd unit. The procd script has
+tests/test_procd.py."""
 from __future__ import annotations
 
 import configparser
 import os
-import re
 import shutil
 import signal
 import socket
@@ -18,7 +17,6 @@ from conftest import ROOT, http
 
 SYSV = os.path.join(ROOT, "conf", "qlshadow.sysv")
 PROCD = os.path.join(ROOT, "conf", "qlshadow.init")
-UCI = os.path.join(ROOT, "conf", "qlshadow.uci")
 UNIT = os.path.join(ROOT, "conf", "qlshadow.service")
 SHELLS = {"busybox": ["busybox", "sh"], "dash": ["dash"], "bash": ["bash"]}
 QLSHADOW = os.path.join(os.path.dirname(sys.executable), "qlshadow")
@@ -277,112 +275,6 @@ def test_the_init_scripts_parse_under_every_shell(shell, script):
     result = subprocess.run([*SHELLS[shell], "-n", script], capture_output=True, text=True)
 
     assert result.returncode == 0, result.stderr
-
-
-# --- procd (OpenWrt) ---------------------------------------------------------------------------
-
-def uci_defaults() -> dict:
-    """The options of section 'main' as conf/qlshadow.uci sets them (comments skipped)."""
-    options, section = {}, None
-    with open(UCI, encoding="utf-8") as fh:
-        lines = fh.read().splitlines()
-    for line in lines:
-        words = line.strip().split(None, 2)
-        if not words or words[0].startswith("#"):
-            continue
-        if words[0] == "config":
-            section = words[2].strip("'\"") if len(words) > 2 else None
-        elif words[0] == "option" and section == "main":
-            options[words[1]] = words[2].strip("'\"")
-    return options
-
-
-# Stand-ins for rc.common's config_* helpers (reading UCI_<option> variables) and for
-# procd's shell API (printing one line per call), so start_service runs as procd would.
-PROCD_HARNESS = r"""
-config_load() { echo "config_load $1"; }
-config_get() {
-	eval "_set=\${UCI_$3+x}"
-	if [ -n "$_set" ]; then eval "$1=\$UCI_$3"; else eval "$1=\$4"; fi
-}
-config_get_bool() {
-	config_get "$1" "$2" "$3" "$4"
-	eval "_v=\$$1"
-	case $_v in 1|on|true|yes|enabled) _v=1 ;; *) _v=0 ;; esac
-	eval "$1=\$_v"
-}
-procd_open_instance() { echo "open_instance"; }
-procd_close_instance() { echo "close_instance"; }
-procd_set_param() { printf 'param'; printf ' [%s]' "$@"; echo; }
-procd_add_reload_trigger() { echo "reload_trigger $*"; }
-. "$INIT"
-start_service
-service_triggers
-"""
-
-
-def procd_calls(shell="busybox", **uci) -> list:
-    """Run start_service and service_triggers with UCI = the shipped defaults + uci."""
-    options = {**uci_defaults(), **uci}
-    env = {"PATH": os.environ["PATH"], "INIT": PROCD}
-    env.update({f"UCI_{k}": v for k, v in options.items()})
-    result = subprocess.run([*SHELLS[shell], "-c", PROCD_HARNESS], env=env, capture_output=True,
-                            text=True, timeout=30)
-    assert result.returncode == 0, result.stderr
-    return result.stdout.splitlines()
-
-
-def params(calls: list, name: str) -> list:
-    """The arguments of every procd_set_param NAME call."""
-    found = []
-    for line in calls:
-        if line.startswith(f"param [{name}]"):
-            found.append(re.findall(r"\[([^\]]*)\]", line)[1:])
-    return found
-
-
-@pytest.mark.parametrize("shell", SHELLS)
-def test_procd_runs_serve_with_the_conf_file_named_in_uci(shell):
-    calls = procd_calls(shell)
-
-    assert calls[:2] == ["config_load qlshadow", "open_instance"]
-    assert "close_instance" in calls
-    assert params(calls, "command") == [["/usr/bin/qlshadow", "--config",
-                                         "/etc/qlshadow/qlshadow.conf", "serve"]]
-
-
-def test_procd_passes_no_environment_when_uci_sets_nothing_but_the_defaults():
-    assert params(procd_calls(), "env") == []
-
-
-def test_procd_turns_set_uci_options_into_one_environment_list():
-    calls = procd_calls(port="5601", shadow_origins="scheduled_system", data_dir="/mnt/usb/ql",
-                        db_url="", host="")
-
-    assert params(calls, "env") == [["QL_PORT=5601", "QL_DATA_DIR=/mnt/usb/ql",
-                                     "QL3_SHADOW_ORIGINS=scheduled_system"]]
-
-
-def test_procd_respawns_and_sends_output_to_syslog():
-    calls = procd_calls()
-
-    assert params(calls, "respawn") == [["3600", "5", "5"]]
-    assert params(calls, "stdout") == [["1"]]
-    assert params(calls, "stderr") == [["1"]]
-
-
-def test_procd_restarts_on_reload_when_the_uci_or_conf_file_changed():
-    calls = procd_calls(conf_file="/etc/qlshadow/other.conf")
-
-    assert params(calls, "file") == [["/etc/config/qlshadow", "/etc/qlshadow/other.conf"]]
-    assert "reload_trigger qlshadow" in calls
-
-
-def test_procd_starts_nothing_when_disabled_in_uci():
-    calls = procd_calls(enabled="0")
-
-    assert "open_instance" not in calls
-    assert "reload_trigger qlshadow" in calls
 
 
 # --- systemd ---------------------------------------------------------------------------------
