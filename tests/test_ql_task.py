@@ -14,7 +14,7 @@ import pytest
 from conftest import BACKENDS, run_cli
 from shellenv import (BASE_TOOLS, SHELL_DIR, SHELLS, SYSTEM_PATH, ToolDir, busybox_static,
                       read_logs, run_task, runs_of, shell_argv, start_module_server, wait_for,
-                      which_optional)
+                      which, which_optional)
 from test_qlimport import qinglong_row, qinglong_sqlite
 
 QL_TASK = os.path.join(SHELL_DIR, "ql-task.sh")
@@ -171,6 +171,22 @@ def test_ql_task_sh_runs_alone_under_each_shell(shell, box):
 def test_only_a_first_word_task_is_qinglong_s(shell, box):
     code, log = task(shell, "echo task hello.sh", box)
     assert (code, log) == (0, "task hello.sh")
+    assert task(shell, "  task hello.sh", box)[1].startswith("hello from sh")
+
+
+def test_task_sh_finds_ql_task_sh_under_any_folder_name(shell, box, tmp_path):
+    """The function names ql-task.sh by absolute path, quoted: a quote or a space in the
+    folder, and a work_dir elsewhere, still reach it."""
+    import shutil
+    folder = tmp_path / "it's here"
+    shutil.copytree(SHELL_DIR, folder)
+    result = subprocess.run(
+        [which("env"), "-i", *(f"{k}={v}" for k, v in box.items()), "QL_WORK_DIR=/",
+         *shell_argv(shell),
+         "./task.sh", "task hello.sh"], cwd=folder, capture_output=True, text=True,
+        timeout=30)
+    assert result.returncode == 0, result.stderr
+    assert "hello from sh [hello.sh]" in read_logs(box["QL_DATA_DIR"])
 
 
 # --- a real crond minute --------------------------------------------------------------------
