@@ -100,7 +100,8 @@ def read_sqlite(path: str) -> list:
 
 
 def read_nedb(path: str) -> list:
-    """The live documents of a NeDB file in first-seen order; a bad line is a refusal row."""
+    """The live documents of a NeDB file, each where its latest version is written; a line
+    that is no document becomes a row that is refused."""
     docs: dict = {}
     try:
         with open(path, encoding="utf-8", errors="replace") as fh:
@@ -122,7 +123,7 @@ def read_nedb(path: str) -> list:
         if doc.get("$$deleted") is True:
             docs.pop(doc["_id"], None)
         else:
-            docs.pop(doc["_id"], None)  # a later version moves to where it is now written
+            docs.pop(doc["_id"], None)  # the latest version, where it is written
             docs[doc["_id"]] = doc
     return list(docs.values())
 

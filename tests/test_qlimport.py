@@ -249,7 +249,7 @@ def qinglong_nedb(folder) -> str:
     return str(folder)
 
 
-def test_nedb_documents_come_over_latest_version_first_seen_order(target, tmp_path):
+def test_nedb_documents_come_over_in_their_latest_version_deleted_ones_not(target, tmp_path):
     source = qinglong_nedb(tmp_path / "ql")
     result = target.run(source)
     assert result.returncode == 1  # the line that is no document is refused
