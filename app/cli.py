@@ -1,5 +1,5 @@
 """The qlshadow command: serve, db init, app, token, cron, crontab, runs, log, reconcile,
-prune, backup, notify, accept-failures.
+prune, backup, notify, accept-failures, import.
 
 Every command prints one clear line on stderr and exits non-zero when it fails. Data
 commands print a table for people (times in the box's local time, --utc for UTC) and
@@ -269,6 +269,30 @@ def cmd_crontab(args) -> int:
     except crontab.CrontabError as exc:
         raise CliError(f"crontab not installed: {exc}") from None
     return 0
+
+
+def cmd_import(args) -> int:
+    """import qinglong PATH: QingLong's crons with their ids (qlimport.py); 1 if any refused."""
+    from . import qlimport
+    settings = _settings(args)
+    _, source = qlimport.load(args.path)
+    path = config.sqlite_file(settings.db_url)
+    fresh = path is not None and not os.path.isfile(path)
+    if args.dry_run and fresh:  # nothing to read, and a dry run creates nothing
+        entries = qlimport.plan(settings, source, existing=False)
+    else:
+        database, _ = db.open_database(settings, create=not args.dry_run)
+        with database.connection_context():
+            entries = qlimport.plan(settings, source)
+            if not args.dry_run and qlimport.pending(entries):
+                try:
+                    entries, outcome = crontab.change(
+                        settings, lambda planned: qlimport.apply(settings, source, planned))
+                except crontab.CrontabError as exc:
+                    raise CliError(f"nothing was imported: {exc}") from None
+                print(f"qlshadow: crontab: {outcome}", file=sys.stderr)
+    sys.stdout.write(qlimport.report(entries, args.dry_run))
+    return 1 if any(e["outcome"] == qlimport.REFUSED for e in entries) else 0
 
 
 # RunningInstance.status codes as words (3: exited with a non-zero code), in code order.
@@ -696,6 +720,14 @@ def build_parser() -> argparse.ArgumentParser:
     what.add_argument("--remove", action="store_true", help="take qlshadow's block out of the "
                       "crontab, keeping every other line")
     p.set_defaults(func=cmd_crontab)
+
+    p = sub.add_parser("import", help="import crons from another panel: qinglong PATH")
+    q = p.add_subparsers(dest="import_from", required=True, metavar="SOURCE").add_parser(
+        "qinglong", help="QingLong 2.x crons with their ids, from its data dir (db/database.sqlite "
+        "or db/crontab.db) or that file; exits 1 if any cron was refused")
+    q.add_argument("path", metavar="PATH")
+    q.add_argument("--dry-run", action="store_true", help="print what would be done, write nothing")
+    q.set_defaults(func=cmd_import)
 
     p = sub.add_parser("runs", help="list executions newest first: Shadow Runs, or Legacy "
                        "instances when Shadow is off (or with --legacy)")

@@ -34,6 +34,16 @@ def _optional_text(value, key: str):
     return _text(value, key, required=False)
 
 
+def _command(value, key: str) -> str:
+    value = _required_text(value, key)
+    if value.lstrip().startswith("task"):  # QingLong's runner: refuse the forms we lack
+        from .qlimport import task_problem
+        problem = task_problem(value)
+        if problem:
+            raise InvalidInput(problem)
+    return value
+
+
 def _schedule(value, key: str = "schedule") -> str:
     try:
         return check_schedule(value)
@@ -63,7 +73,7 @@ def _flag(value, key: str) -> int:
 # The check that turns a request value of each definition field (models.DEFINITION_FIELDS)
 # into the stored one.
 _CHECKS = dict(zip(DEFINITION_FIELDS, (
-    _required_text, _required_text, _schedule, _extra_schedules, _optional_text,
+    _required_text, _command, _schedule, _extra_schedules, _optional_text,
     _optional_text, _optional_text, _optional_text, _flag), strict=True))
 GRACE_MAX = 7 * 86400  # a weekly job may be allowed a day late; more is never a grace
 

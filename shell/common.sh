@@ -42,6 +42,18 @@ ql_new_uuid() {
   return 1
 }
 
+# ql_quote TEXT: set ql_q to TEXT as one single-quoted shell word.
+ql_quote() {
+  ql_q= ql_rest=$1
+  while :; do
+    case $ql_rest in
+      *\'*) ql_q=$ql_q${ql_rest%%\'*}\'\\\'\' ; ql_rest=${ql_rest#*\'} ;;
+      *) break ;;
+    esac
+  done
+  ql_q="'$ql_q$ql_rest'"
+}
+
 ql_nl='
 '
 ql_cr=$(printf '\r')

@@ -66,6 +66,18 @@ fi
 # this cron's hooks again.
 unset QL_ESCAPED QL_WORK_DIR QL_TASK_BEFORE QL_TASK_AFTER
 
+# QingLong's `task` word: a command whose first word is `task` runs with a function of
+# that name calling ql-task.sh (by absolute path: the task may cd), so that
+# `task a.js && task b.py` works as it did on QingLong.
+ql_first=${ql_cmd#"${ql_cmd%%[! 	]*}"}
+case $ql_first in
+  task | 'task '* | 'task	'*)
+    case $ql_dir in /*) ql_abs=$ql_dir ;; *) ql_abs=$PWD/$ql_dir ;; esac
+    ql_quote "$ql_abs/ql-task.sh"
+    ql_cmd="task() { /bin/sh $ql_q \"\$@\"; }
+$ql_cmd" ;;
+esac
+
 # One date call gives the start second (the execution_id's seconds and
 # last_execution_time) and the log file's name.
 ql_stamp=$(date '+%s %Y-%m-%d-%H-%M-%S')

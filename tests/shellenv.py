@@ -18,7 +18,7 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHELL_DIR = os.path.join(ROOT, "shell")
 TASK = os.path.join(SHELL_DIR, "task.sh")
-SHELL_FILES = ("task.sh", "common.sh")
+SHELL_FILES = ("task.sh", "common.sh", "ql-task.sh")
 SYSTEM_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
 KERNEL_UUID = "/proc/sys/kernel/random/uuid"
 
