@@ -262,3 +262,18 @@ def test_the_conf_file_wins_and_notify_test_names_each_file(tmp_path, gobot, dee
     assert notes == [
         f"qlshadow: note: CONSOLE (from {conf}) is a QingLong setting qlshadow does not use",
         f"qlshadow: note: HITOKOTO (from {path}) is a QingLong setting qlshadow does not use"]
+
+
+def test_serve_warns_about_an_unreadable_file_at_start_and_keeps_going(tmp_path, monkeypatch, capsys):
+    from qlshadow import serving
+
+    missing = tmp_path / "config.sh"
+    monkeypatch.setenv("QL_NOTIFY_FILE", str(missing))
+    monkeypatch.delenv("QL_CONFIG", raising=False)
+    settings = config.load({"QL_DATA_DIR": str(tmp_path / "data")})
+
+    serving._startup_crontab(settings)
+
+    assert capsys.readouterr().err == (
+        "qlshadow: warning: the notify tick cannot get this server's settings: "
+        f"cannot read QL_NOTIFY_FILE {missing}: No such file or directory\n")
