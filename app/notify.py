@@ -69,7 +69,7 @@ class _HttpRequest:
     # message sent with it), or None when this one was the last.
     follow: Callable[[bytes], _HttpRequest | None] | None = None
     # Texts the settings do not hold that a result must not show (a fetched token).
-    secrets: tuple = ()
+    hidden: tuple = ()
 
 
 # --- settings -------------------------------------------------------------------------------
@@ -302,8 +302,9 @@ def _send_http(request: _HttpRequest, timeout: float) -> Result:
     if following is not None:
         result = _send_http(following, timeout)
         reason = result.reason
-        for text in following.secrets:
-            reason = reason.replace(text, MASK)
+        for text in following.hidden:
+            if text:
+                reason = reason.replace(text, MASK)
         return Result(result.ok, reason)
     return Result(True, f"HTTP {status}")
 
@@ -791,7 +792,7 @@ def _wecom_app(values, title, content) -> _HttpRequest:
         token = str(json.loads(reply).get("access_token") or "")
         url = f"{origin}/cgi-bin/message/send?access_token={urllib.parse.quote(token, safe='')}"
         return _HttpRequest("POST", url, {"Content-Type": JSON_TYPE}, _json_body(message),
-                            _judge_json(lambda r: r.get("errcode") == 0), secrets=(token,))
+                            _judge_json(lambda r: r.get("errcode") == 0), hidden=(token,))
     # Two requests: the token (valid two hours; fetched for each message, as QingLong
     # does, since nothing here lives that long), then the message.
     return _HttpRequest("GET", f"{origin}/cgi-bin/gettoken?{query}", {}, None,
