@@ -493,9 +493,12 @@ def cmd_reconcile(args) -> int:
 def cmd_notify(args) -> int:
     """The tick (alerts.py), or with --test a test message through every channel."""
     from . import notify  # only this command sends notifications: keep it off other paths
-    channels = notify.configured_channels(notify.load_settings(config_file=args.config))
+    sources = notify.load_sources(config_file=args.config)
+    channels = notify.configured_channels(sources.values, sources.origin)
     if not args.test:
         return _notify_tick(args, channels)
+    for line in notify.notes(sources):
+        print(f"qlshadow: {line}", file=sys.stderr)
     if not channels:
         raise CliError("no notification channel is configured; docs/NOTIFY.md lists the "
                        "variables (WEBHOOK_URL, TG_BOT_TOKEN, SMTP_SERVER, ...)")
@@ -503,7 +506,8 @@ def cmd_notify(args) -> int:
     failed = 0
     for channel in channels:
         result = notify.send(channel, title, content)
-        print(f"{channel.name}: {'ok' if result.ok else 'FAILED'}: {result.reason}", flush=True)
+        print(f"{channel.name}: {'ok' if result.ok else 'FAILED'}: {result.reason} "
+              f"(settings from {', '.join(channel.sources)})", flush=True)
         failed += not result.ok
     return 1 if failed else 0
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import re
 import shlex
 import shutil
 from dataclasses import dataclass, field, replace
@@ -32,9 +33,10 @@ FILE_KEYS = frozenset({
 
 # Notification settings (docs/NOTIFY.md), read by qlshadow.notify only, never by the
 # service: QingLong's own variable names, so an operator's existing values work unchanged,
-# plus our overrides of the channels' public addresses and the send timeout.
+# plus our overrides of the channels' public addresses, the send timeout and the path of
+# a QingLong config.sh to read them from.
 NOTIFY_KEYS = frozenset({
-    "QL_NOTIFY_TIMEOUT",
+    "QL_NOTIFY_TIMEOUT", "QL_NOTIFY_FILE", "SKIP_PUSH_TITLE",
     "WEBHOOK_URL", "WEBHOOK_METHOD", "WEBHOOK_CONTENT_TYPE", "WEBHOOK_BODY", "WEBHOOK_HEADERS",
     "NTFY_URL", "NTFY_TOPIC", "NTFY_PRIORITY", "NTFY_TOKEN", "NTFY_USERNAME", "NTFY_PASSWORD",
     "NTFY_ACTIONS",
@@ -46,14 +48,28 @@ NOTIFY_KEYS = frozenset({
     "PUSH_KEY", "PUSH_KEY_ORIGIN",
     "PUSH_PLUS_TOKEN", "PUSH_PLUS_USER", "PUSH_PLUS_TEMPLATE", "PUSH_PLUS_CHANNEL",
     "PUSH_PLUS_WEBHOOK", "PUSH_PLUS_CALLBACKURL", "PUSH_PLUS_TO", "PUSH_PLUS_ORIGIN",
-    "QYWX_KEY", "QYWX_ORIGIN",
+    "QYWX_KEY", "QYWX_ORIGIN", "QYWX_AM",
     "DD_BOT_TOKEN", "DD_BOT_SECRET", "DD_BOT_ORIGIN",
     "FSKEY", "FSSECRET", "FSKEY_ORIGIN",
     "SMTP_SERVER", "SMTP_SSL", "SMTP_EMAIL", "SMTP_PASSWORD", "SMTP_NAME",
+    "DEER_KEY", "DEER_URL",
+    "GOBOT_URL", "GOBOT_QQ", "GOBOT_TOKEN",
+    "IGOT_PUSH_KEY", "IGOT_ORIGIN",
+    "CHAT_URL", "CHAT_TOKEN",
+    "WE_PLUS_BOT_TOKEN", "WE_PLUS_BOT_RECEIVER", "WE_PLUS_BOT_VERSION", "WE_PLUS_BOT_ORIGIN",
+    "QMSG_KEY", "QMSG_TYPE", "QMSG_ORIGIN",
+    "AIBOTK_KEY", "AIBOTK_TYPE", "AIBOTK_NAME", "AIBOTK_ORIGIN",
+    "PUSHME_KEY", "PUSHME_URL",
+    "CHRONOCAT_URL", "CHRONOCAT_QQ", "CHRONOCAT_TOKEN",
+    "WXPUSHER_APP_TOKEN", "WXPUSHER_TOPIC_IDS", "WXPUSHER_UIDS", "WXPUSHER_ORIGIN",
 })
-# KEY=VALUE lines cannot hold a line break, so in the conf file these two values write
-# one as the two characters \n (an environment variable holds real line breaks).
-NOTIFY_MULTILINE_KEYS = ("WEBHOOK_BODY", "WEBHOOK_HEADERS")
+# Variables of QingLong's notify.py that qlshadow reads but does not use: accepted
+# wherever they are set (QingLong users carry them along), and named in a note by
+# `qlshadow notify --test`.
+NOTIFY_UNUSED_KEYS = frozenset({"HITOKOTO", "CONSOLE", "MEDIASABER_HOST", "MEDIASABER_APIKEY"})
+# KEY=VALUE lines cannot hold a line break, so in the conf file these values write one as
+# the two characters \n (an environment variable or a config.sh holds real line breaks).
+NOTIFY_MULTILINE_KEYS = ("WEBHOOK_BODY", "WEBHOOK_HEADERS", "SKIP_PUSH_TITLE")
 
 
 class ConfigError(ValueError):
@@ -204,7 +220,7 @@ def read_config_file(path: str) -> dict:
         key = key.strip()
         if not sep or not key:
             raise ConfigError(f"{path}:{number}: expected KEY=VALUE")
-        if key not in FILE_KEYS and key not in NOTIFY_KEYS:
+        if key not in FILE_KEYS and key not in NOTIFY_KEYS and key not in NOTIFY_UNUSED_KEYS:
             raise ConfigError(f"{path}:{number}: unknown key {key}")
         value = value.strip()
         if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
@@ -374,23 +390,200 @@ def with_port(settings: Settings, port: int) -> Settings:
     return replace(settings, port=port, base_url=base_url)
 
 
-def notify_settings(environ: Mapping[str, str] | None = None,
-                    config_file: str | None = None) -> dict:
-    """The notification variables (NOTIFY_KEYS) from the conf file overlaid by the
-    environment: what notify.py sends with, read here so the server can hand them to the
+@dataclass(frozen=True)
+class NotifySources:
+    """The notification variables, where each one came from (a file's path, or
+    ENVIRONMENT), and one warning per line of QL_NOTIFY_FILE that could not be read."""
+    values: dict
+    origin: dict
+    warnings: tuple = ()
+
+
+ENVIRONMENT = "the environment"
+
+
+def notify_sources(environ: Mapping[str, str] | None = None, config_file: str | None = None,
+                   ql_file: bool = True) -> NotifySources:
+    """The notification variables (NOTIFY_KEYS and NOTIFY_UNUSED_KEYS): the environment
+    over the conf file over QL_NOTIFY_FILE, read here so the server can hand them to the
     notify tick (notify.conf) without loading the channels.
 
-    The file is the one `load` reads (--config, else QL_CONFIG). As in QingLong, an empty
-    environment variable counts as unset, so it does not hide the file's value.
+    The conf file is the one `load` reads (--config, else QL_CONFIG). As in QingLong, an
+    empty value counts as unset, so it hides nothing. With ql_file=False QL_NOTIFY_FILE is
+    only checked and given as an absolute path (the tick reads it each time: an edit made
+    in QingLong's panel reaches the next message without a restart).
     """
     env = os.environ if environ is None else environ
     path = config_file or env.get("QL_CONFIG") or None
-    file_values = read_config_file(path) if path else {}
-    values = {}
-    for key, value in file_values.items():
-        if key in NOTIFY_KEYS:
+    keys = NOTIFY_KEYS | NOTIFY_UNUSED_KEYS
+    values: dict = {}
+    origin: dict = {}
+    for key, value in (read_config_file(path) if path else {}).items():
+        if key in keys and value:
             values[key] = value.replace("\\n", "\n") if key in NOTIFY_MULTILINE_KEYS else value
-    for key in NOTIFY_KEYS:
+            origin[key] = path
+    for key in keys:
         if env.get(key):
-            values[key] = env[key]
-    return values
+            values[key], origin[key] = env[key], ENVIRONMENT
+    warnings: tuple = ()
+    ql_path = values.get("QL_NOTIFY_FILE", "").strip()
+    if ql_path:
+        ql_path = values["QL_NOTIFY_FILE"] = os.path.abspath(ql_path)
+        found, warnings = read_ql_notify_file(ql_path)
+        if ql_file:
+            for key, value in found.items():
+                if key not in values:
+                    values[key], origin[key] = value, ql_path
+    return NotifySources(values, origin, warnings)
+
+
+def notify_settings(environ: Mapping[str, str] | None = None, config_file: str | None = None,
+                    ql_file: bool = True) -> dict:
+    """The notification variables alone (notify_sources)."""
+    return notify_sources(environ, config_file, ql_file).values
+
+
+# A shell assignment `[export ]NAME=`; a function's first line; the words that open and
+# close a shell block (an assignment inside one may not run: it is not read).
+_ASSIGNMENT = re.compile(r"[ \t]*(?:export[ \t]+)?([A-Za-z_][A-Za-z0-9_]*)=")
+_FUNCTION = re.compile(r"[ \t]*(?:function[ \t]+[\w-]+|[\w-]+[ \t]*\(\))")
+_BLOCK_WORDS = {"if": 1, "case": 1, "for": 1, "while": 1, "until": 1, "select": 1,
+                "fi": -1, "esac": -1, "done": -1}
+_NAME_START = re.compile(r"[A-Za-z_{(0-9@*#?$!-]")
+
+
+class _Unreadable(Exception):
+    """A value that only running the shell would give (an expansion, a command)."""
+
+
+def _shell_word(text: str, i: int) -> tuple[str, int]:
+    """The value of the shell word at text[i:] and the index after it, without running
+    anything: quotes and backslashes as sh reads them. Raises _Unreadable for `$...`,
+    backquotes or an unterminated quote (then the index is the end of the line)."""
+    out = []
+    while i < len(text):
+        c = text[i]
+        if c in " \t\n;&|<>":
+            break
+        if c == "'":
+            end = text.find("'", i + 1)
+            if end < 0:
+                raise _Unreadable("a quote is not closed")
+            out.append(text[i + 1:end])
+            i = end + 1
+        elif c == '"':
+            i += 1
+            while True:
+                if i >= len(text):
+                    raise _Unreadable("a quote is not closed")
+                c = text[i]
+                if c == '"':
+                    i += 1
+                    break
+                if c == "\\" and i + 1 < len(text):
+                    nxt = text[i + 1]
+                    if nxt != "\n":  # a backslash-newline joins the lines
+                        out.append(nxt if nxt in '$`"\\' else c + nxt)
+                    i += 2
+                    continue
+                if c == "`" or (c == "$" and _NAME_START.match(text, i + 1)):
+                    raise _Unreadable("it needs the shell to expand it")
+                out.append(c)
+                i += 1
+        elif c == "\\":
+            if text[i + 1:i + 2] != "\n":
+                out.append(text[i + 1:i + 2])
+            i += 2
+        elif c == "`" or (c == "$" and _NAME_START.match(text, i + 1)):
+            raise _Unreadable("it needs the shell to expand it")
+        else:
+            out.append(c)
+            i += 1
+    return "".join(out), i
+
+
+def _skip_parens(text: str, i: int) -> int:
+    """The index after the `)` that closes the array starting at text[i] == '('."""
+    depth = 0
+    while i < len(text):
+        c = text[i]
+        if c in "'\"":
+            end = text.find(c, i + 1)
+            i = len(text) if end < 0 else end + 1
+            continue
+        if c == "#" and (i == 0 or text[i - 1] in " \t\n("):
+            end = text.find("\n", i)
+            i = len(text) if end < 0 else end
+            continue
+        depth += {"(": 1, ")": -1}.get(c, 0)
+        i += 1
+        if depth == 0:
+            break
+    return i
+
+
+def read_ql_notify_file(path: str) -> tuple[dict, tuple]:
+    """The notification variables a QingLong config.sh (or any file of KEY=VALUE and
+    `export KEY="VALUE"` lines) assigns, and one warning per line that sets one in a way
+    we cannot read. Nothing is run; every other line is skipped (comments, arrays,
+    functions, other settings). Raises ConfigError when the file cannot be read."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            text = fh.read()
+    except OSError as exc:
+        raise ConfigError(f"cannot read QL_NOTIFY_FILE {path}: {exc.strerror}") from None
+    wanted = (NOTIFY_KEYS | NOTIFY_UNUSED_KEYS) - {"QL_NOTIFY_FILE"}
+    values: dict = {}
+    warnings: list = []
+    i, line, depth, braces, pending = 0, 1, 0, 0, False
+    while i < len(text):
+        end = _line_end(text, i)
+        start = i
+        match = _ASSIGNMENT.match(text, i, end)
+        code = re.sub(r"'[^']*'|\"[^\"]*\"|(^|\s)#.*", " ", text[i:end])
+        if braces > 0 or pending or not match:
+            # Not an assignment we read: skip the line, keeping count of the functions
+            # (their bodies run only when called) and of if/case/loop blocks.
+            if braces > 0 or (pending and "{" in code):
+                braces += code.count("{") - code.count("}")
+                pending = False
+            elif _FUNCTION.match(code):
+                braces = code.count("{") - code.count("}")
+                pending = "{" not in code
+            else:
+                for word in re.findall(r"(?:^|[;&|]|\bthen|\bdo)\s*(\w+)", code):
+                    depth = max(depth + _BLOCK_WORDS.get(word, 0), 0)
+            i, line = end + 1, line + 1
+            continue
+        key, i = match.group(1), match.end()
+        value = reason = None
+        if text.startswith("(", i):
+            i = _skip_parens(text, i)  # an array: never a notification variable
+        else:
+            try:
+                value, i = _shell_word(text, i)
+            except _Unreadable as exc:
+                reason, i = str(exc), end
+        rest = text[i:_line_end(text, i)].strip()
+        if reason is None and rest and not rest.startswith(("#", ";")):
+            reason = "more follows it on the line"
+        if reason is None and depth > 0:
+            reason = "it sits inside an if, case or loop"
+        if key in wanted and (reason or value is not None):
+            if reason:
+                warnings.append(f"{path}:{line}: {key} not read: {reason}")
+            elif value:
+                values[key] = value
+            else:
+                values.pop(key, None)  # an empty value unsets, as in the shell
+        if reason is None and rest.startswith(";"):  # `A=1; B=2`: go on after the `;`
+            i = text.index(";", i) + 1
+        else:
+            i = _line_end(text, i) + 1
+        line += text.count("\n", start, i)
+    return values, tuple(warnings)
+
+
+def _line_end(text: str, i: int) -> int:
+    end = text.find("\n", i)
+    return len(text) if end < 0 else end

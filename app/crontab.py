@@ -342,7 +342,7 @@ def notify_conf_text(settings, environ=None) -> str:
              ("QL_DB_TIMEOUT", str(settings.db_timeout)),
              ("QL3_SHADOW_ORIGINS", ",".join(sorted(settings.shadow_origins))),
              ("QL_RETENTION_DAYS", str(settings.retention_days))]
-    for key, value in sorted(notify_settings(environ, settings.config_file).items()):
+    for key, value in sorted(notify_settings(environ, settings.config_file, ql_file=False).items()):
         if key in NOTIFY_MULTILINE_KEYS:
             value = value.replace("\r\n", "\n").replace("\n", "\\n")
         if "\n" in value or "\r" in value:

@@ -54,6 +54,8 @@ class Channel:
     values: Mapping[str, str] = field(repr=False)  # holds secrets: never in a repr
     timeout: float = DEFAULT_TIMEOUT
     error: str = ""
+    # Where its settings came from: file paths, or config.ENVIRONMENT.
+    sources: tuple = ()
 
 
 @dataclass
@@ -65,15 +67,38 @@ class _HttpRequest:
     # Returns why a 2xx reply still means failure (an API's own error code), or None.
     judge: Callable[[bytes], str | None] = lambda body: None
     proxy: str | None = None
+    # The next request, made from this one's accepted reply (a token fetched, then the
+    # message sent with it), or None when this one was the last.
+    follow: Callable[[bytes], _HttpRequest | None] | None = None
+    # Texts the settings do not hold that a result must not show (a fetched token).
+    hidden: tuple = ()
 
 
 # --- settings -------------------------------------------------------------------------------
 
-# The notification variables from the conf file and the environment (config reads them).
+# The notification variables from the environment, the conf file and QL_NOTIFY_FILE
+# (config reads them), with or without where each came from.
 load_settings = config.notify_settings
+load_sources = config.notify_sources
 
 
-def configured_channels(values: Mapping[str, str] | None = None) -> list[Channel]:
+class _Reads(dict):
+    """The settings, noting which ones a channel's builder read."""
+    def __init__(self, values: Mapping[str, str]):
+        super().__init__(values)
+        self.read: set = set()
+
+    def get(self, key, default=None):
+        self.read.add(key)
+        return super().get(key, default)
+
+    def __getitem__(self, key):
+        self.read.add(key)
+        return super().__getitem__(key)
+
+
+def configured_channels(values: Mapping[str, str] | None = None,
+                        origin: Mapping[str, str] | None = None) -> list[Channel]:
     """Every channel with one of its variables set, in a fixed order.
 
     A channel whose settings are incomplete or bad is listed too, with `error` set, so
@@ -88,19 +113,39 @@ def configured_channels(values: Mapping[str, str] | None = None) -> list[Channel
     for name, (triggers, build) in _CHANNELS.items():
         if not any(values.get(key, "").strip() for key in triggers):
             continue
+        reads = _Reads(values)
         try:
-            build(values, "title", "content")  # validates the settings; nothing is sent
+            build(reads, "title", "content")  # validates the settings; nothing is sent
             error = ""
         except ChannelError as exc:
             error = str(exc)
-        channels.append(Channel(name, values, timeout, error))
+        used = reads.read | {key for key in triggers if values.get(key, "").strip()}
+        sources = sorted({origin[key] for key in used if key in (origin or {})})
+        channels.append(Channel(name, values, timeout, error, tuple(sources)))
     return channels
+
+
+def notes(sources: config.NotifySources) -> list[str]:
+    """What `notify --test` says about the settings besides the channels: each line of
+    QL_NOTIFY_FILE it could not read, each QingLong variable it does not use."""
+    lines = [f"warning: {text}" for text in sources.warnings]
+    for key in sorted(config.NOTIFY_UNUSED_KEYS & sources.values.keys()):
+        lines.append(f"note: {key} (from {sources.origin[key]}) is a QingLong setting "
+                     "qlshadow does not use")
+    return lines
+
+
+def skipped(values: Mapping[str, str], title: str) -> bool:
+    """True when SKIP_PUSH_TITLE (one title a line, as in QingLong) lists this title."""
+    return title in values.get("SKIP_PUSH_TITLE", "").splitlines()
 
 
 def send(channel: Channel, title: str, content: str) -> Result:
     """Send one message through one channel, once; never raises for the channel's failure."""
     if channel.error:
         return Result(False, channel.error)
+    if skipped(channel.values, title):
+        return Result(True, "not sent: SKIP_PUSH_TITLE lists this title")
     try:
         prepared = _CHANNELS[channel.name][1](channel.values, title, content)
         needs_tls = prepared.use_ssl if channel.name == "smtp" else prepared.url.startswith("https:")
@@ -138,7 +183,8 @@ _PUBLIC_KEYS = frozenset({
     "QL_NOTIFY_TIMEOUT", "WEBHOOK_METHOD", "WEBHOOK_CONTENT_TYPE", "NTFY_PRIORITY",
     "GOTIFY_PRIORITY", "SMTP_SERVER", "SMTP_SSL", "TG_PROXY_PORT", "BARK_ARCHIVE",
     "BARK_GROUP", "BARK_SOUND", "BARK_ICON", "BARK_LEVEL", "PUSH_PLUS_TEMPLATE",
-    "PUSH_PLUS_CHANNEL",
+    "PUSH_PLUS_CHANNEL", "QMSG_TYPE", "AIBOTK_TYPE", "WE_PLUS_BOT_VERSION", "SKIP_PUSH_TITLE",
+    "QL_NOTIFY_FILE", "HITOKOTO", "CONSOLE",
 })
 # Shorter values are not hidden: masking every "1" or "ops" would garble the reason, and
 # a secret that short is no secret.
@@ -176,6 +222,9 @@ def _secret_texts(values: Mapping[str, str], request=None) -> list[str]:
             continue
         add(value)
         add(value.rpartition("@")[0])  # user:password@host
+        for part in re.split(r"[,;]", value):  # QYWX_AM's corpsecret, a list of ids
+            add(part)
+            add(part.partition("=")[2])
         for line in value.splitlines():  # WEBHOOK_HEADERS and WEBHOOK_BODY: key: value lines
             add(line)
             add(line.partition(":")[2], words=True)
@@ -258,6 +307,14 @@ def _send_http(request: _HttpRequest, timeout: float) -> Result:
     problem = request.judge(body)
     if problem is not None:
         return Result(False, f"HTTP {status}: {problem}")
+    following = request.follow(body) if request.follow else None
+    if following is not None:
+        result = _send_http(following, timeout)
+        reason = result.reason
+        for text in following.hidden:
+            if text:
+                reason = reason.replace(text, MASK)
+        return Result(result.ok, reason)
     return Result(True, f"HTTP {status}")
 
 
@@ -633,6 +690,185 @@ def _send_smtp(settings: _SmtpSettings, title: str, content: str, timeout: float
     return Result(True, "SMTP accepted")
 
 
+def _url(values: Mapping[str, str], key: str, default: str = "") -> str:
+    """A full URL setting (a path and query of its own), checked like an origin."""
+    url = values.get(key, "").strip() or default
+    if not url:
+        raise ChannelError(f"{key} is not set")
+    if not url.startswith(("http://", "https://")):
+        raise ChannelError(f"{key} must start with http:// or https://")
+    return url
+
+
+def _judge_text(expected: bytes) -> Callable[[bytes], str | None]:
+    return lambda body: None if body.strip() == expected else _first_line(body)
+
+
+def _pushdeer(values, title, content) -> _HttpRequest:
+    url = _url(values, "DEER_URL", "https://api2.pushdeer.com/message/push")
+    body = _form_body({"text": title, "desp": content, "type": "markdown",
+                       "pushkey": _need(values, "DEER_KEY")})
+
+    def accepted(reply: dict) -> bool:  # PushDeer lists what each device was sent
+        result = reply.get("content")
+        return isinstance(result, dict) and bool(result.get("result"))
+    return _HttpRequest("POST", url, {"Content-Type": FORM_TYPE}, body, _judge_json(accepted))
+
+
+GOBOT_TARGET = re.compile(r"(user_id|group_id)=(\d+)")
+
+
+def _gobot(values, title, content) -> _HttpRequest:
+    url = _url(values, "GOBOT_URL")
+    target = GOBOT_TARGET.fullmatch(_need(values, "GOBOT_QQ"))
+    if target is None:
+        raise ChannelError("GOBOT_QQ must be user_id=<QQ> (send_private_msg) or "
+                           "group_id=<group> (send_group_msg)")
+    # As QingLong sends it: a GET with everything in the query.
+    query = {}
+    if values.get("GOBOT_TOKEN", "").strip():
+        query["access_token"] = values["GOBOT_TOKEN"].strip()
+    query[target.group(1)] = target.group(2)
+    query["message"] = _text(title, content)
+    joiner = "&" if "?" in url else "?"
+    return _HttpRequest("GET", url + joiner + urllib.parse.urlencode(query), {}, None,
+                        _judge_json(lambda r: r.get("status") == "ok"))
+
+
+def _igot(values, title, content) -> _HttpRequest:
+    key = urllib.parse.quote(_need(values, "IGOT_PUSH_KEY"), safe="")
+    url = f"{_base(values, 'IGOT_ORIGIN', 'https://push.hellyw.com')}/{key}"
+    return _HttpRequest("POST", url, {"Content-Type": FORM_TYPE},
+                        _form_body({"title": title, "content": content}),
+                        _judge_json(lambda r: r.get("ret") == 0))
+
+
+def _chat(values, title, content) -> _HttpRequest:
+    # Synology Chat's incoming webhook: CHAT_URL ends where the token goes (…&token=).
+    url = _url(values, "CHAT_URL") + _need(values, "CHAT_TOKEN")
+    payload = json.dumps({"text": f"{title}\n{content}"}, ensure_ascii=False)
+    return _HttpRequest("POST", url, {"Content-Type": FORM_TYPE}, _form_body({"payload": payload}),
+                        _judge_json(lambda r: r.get("success") is True))
+
+
+def _weplus(values, title, content) -> _HttpRequest:
+    data = {"token": _need(values, "WE_PLUS_BOT_TOKEN"), "title": title, "content": content,
+            # As QingLong: a long message goes as HTML, which WePlus does not cut.
+            "template": "html" if len(content) > 800 else "txt",
+            "receiver": values.get("WE_PLUS_BOT_RECEIVER", "").strip(),
+            "version": values.get("WE_PLUS_BOT_VERSION", "").strip() or "pro"}
+    url = _base(values, "WE_PLUS_BOT_ORIGIN", "https://www.weplusbot.com") + "/send"
+    return _HttpRequest("POST", url, {"Content-Type": JSON_TYPE}, _json_body(data),
+                        _judge_json(lambda r: r.get("code") == 200))
+
+
+def _qmsg(values, title, content) -> _HttpRequest:
+    key = urllib.parse.quote(_need(values, "QMSG_KEY"), safe="")
+    kind = _need(values, "QMSG_TYPE", " (send, or group for a QQ group)")
+    if kind not in ("send", "group"):
+        raise ChannelError(f"QMSG_TYPE={kind!r} must be send or group")
+    url = f"{_base(values, 'QMSG_ORIGIN', 'https://qmsg.zendee.cn')}/{kind}/{key}"
+    # Qmsg reads "----" as its own separator; QingLong shortens it the same way.
+    msg = _text(title, content).replace("----", "-")
+    return _HttpRequest("POST", url, {"Content-Type": FORM_TYPE}, _form_body({"msg": msg}),
+                        _judge_json(lambda r: r.get("code") == 0))
+
+
+def _wecom_app(values, title, content) -> _HttpRequest:
+    parts = [part.strip() for part in _need(values, "QYWX_AM").split(",")]
+    if len(parts) not in (4, 5) or not all(parts[:4]):
+        raise ChannelError("QYWX_AM must be corpid,corpsecret,touser,agentid[,media_id]")
+    corpid, corpsecret, touser, agentid = parts[:4]
+    media = parts[4] if len(parts) == 5 else ""
+    origin = _base(values, "QYWX_ORIGIN", "https://qyapi.weixin.qq.com")
+    # media_id as QingLong's notify.js reads it: empty or 1, text; 0, a text card; any
+    # other, a picture message (mpnews) with that picture.
+    if media in ("", "1"):
+        message = {"msgtype": "text", "text": {"content": _text(title, content)}}
+    elif media == "0":
+        message = {"msgtype": "textcard", "textcard": {
+            "title": title, "description": content,
+            "url": "https://github.com/whyour/qinglong", "btntxt": "more"}}
+    else:
+        message = {"msgtype": "mpnews", "mpnews": {"articles": [{
+            "title": title, "thumb_media_id": media, "author": "qlshadow",
+            "content_source_url": "", "content": content.replace("\n", "<br/>"),
+            "digest": content}]}}
+    message.update(touser=touser, agentid=agentid, safe="0")
+    query = urllib.parse.urlencode({"corpid": corpid, "corpsecret": corpsecret})
+
+    def send_with(reply: bytes) -> _HttpRequest:
+        token = str(json.loads(reply).get("access_token") or "")
+        url = f"{origin}/cgi-bin/message/send?access_token={urllib.parse.quote(token, safe='')}"
+        return _HttpRequest("POST", url, {"Content-Type": JSON_TYPE}, _json_body(message),
+                            _judge_json(lambda r: r.get("errcode") == 0), hidden=(token,))
+    # Two requests: the token (valid two hours; fetched for each message, as QingLong
+    # does, since nothing here lives that long), then the message.
+    return _HttpRequest("GET", f"{origin}/cgi-bin/gettoken?{query}", {}, None,
+                        _judge_json(lambda r: r.get("errcode", 0) == 0
+                                    and bool(r.get("access_token"))), follow=send_with)
+
+
+def _aibotk(values, title, content) -> _HttpRequest:
+    key = _need(values, "AIBOTK_KEY")
+    kind = _need(values, "AIBOTK_TYPE", " (room or contact)")
+    name = _need(values, "AIBOTK_NAME")
+    if kind not in ("room", "contact"):
+        raise ChannelError(f"AIBOTK_TYPE={kind!r} must be room or contact")
+    data = {"apiKey": key, "roomName" if kind == "room" else "name": name,
+            "message": {"type": 1, "content": _text(title, content)}}
+    url = f"{_base(values, 'AIBOTK_ORIGIN', 'https://api-bot.aibotk.com')}/openapi/v1/chat/{kind}"
+    return _HttpRequest("POST", url, {"Content-Type": JSON_TYPE}, _json_body(data),
+                        _judge_json(lambda r: r.get("code") == 0))
+
+
+def _pushme(values, title, content) -> _HttpRequest:
+    url = _url(values, "PUSHME_URL", "https://push.i-i.me/")
+    body = _form_body({"push_key": _need(values, "PUSHME_KEY"), "title": title,
+                       "content": content, "date": "", "type": ""})
+    return _HttpRequest("POST", url, {"Content-Type": FORM_TYPE}, body, _judge_text(b"success"))
+
+
+def _chronocat(values, title, content) -> _HttpRequest:
+    base = _base(values, "CHRONOCAT_URL", _need(values, "CHRONOCAT_URL"))
+    token = _need(values, "CHRONOCAT_TOKEN")
+    qq = _need(values, "CHRONOCAT_QQ", " (user_id=<QQ>;group_id=<group>)")
+    peers = [(1, uin) for uin in re.findall(r"user_id=(\d+)", qq)]
+    peers += [(2, uin) for uin in re.findall(r"group_id=(\d+)", qq)]
+    if not peers:
+        raise ChannelError("CHRONOCAT_QQ must name user_id=<QQ> or group_id=<group>")
+    headers = {"Content-Type": JSON_TYPE, "Authorization": f"Bearer {token}"}
+
+    def request(index: int) -> _HttpRequest:
+        kind, uin = peers[index]
+        body = _json_body({"peer": {"chatType": kind, "peerUin": uin},
+                           "elements": [{"elementType": 1,
+                                         "textElement": {"content": _text(title, content)}}]})
+        following = (lambda reply: request(index + 1)) if index + 1 < len(peers) else None
+        return _HttpRequest("POST", f"{base}/api/message/send", headers, body, follow=following)
+    # One request for each user and group, in turn; the first refusal ends the message.
+    return request(0)
+
+
+def _wxpusher(values, title, content) -> _HttpRequest:
+    import html  # small, and only this channel writes HTML
+
+    token = _need(values, "WXPUSHER_APP_TOKEN")
+    topics = [t.strip() for t in values.get("WXPUSHER_TOPIC_IDS", "").split(";") if t.strip()]
+    uids = [u.strip() for u in values.get("WXPUSHER_UIDS", "").split(";") if u.strip()]
+    if not topics and not uids:
+        raise ChannelError("WXPUSHER_TOPIC_IDS or WXPUSHER_UIDS must be set (';' between ids)")
+    if not all(t.isdigit() for t in topics):
+        raise ChannelError("WXPUSHER_TOPIC_IDS must be numbers separated by ';'")
+    text = (f"<h1>{html.escape(title)}</h1><br/>"
+            f"<div style='white-space: pre-wrap;'>{html.escape(content)}</div>")
+    data = {"appToken": token, "content": text, "summary": title[:99], "contentType": 2,
+            "topicIds": [int(t) for t in topics], "uids": uids, "verifyPayType": 0}
+    url = _base(values, "WXPUSHER_ORIGIN", "https://wxpusher.zjiecode.com") + "/api/send/message"
+    return _HttpRequest("POST", url, {"Content-Type": JSON_TYPE}, _json_body(data),
+                        _judge_json(lambda r: r.get("code") == 1000))
+
+
 # name -> (variables that switch the channel on, builder). The order is the send order.
 _CHANNELS: dict = {
     "webhook": (("WEBHOOK_URL", "WEBHOOK_METHOD"), _webhook),
@@ -646,5 +882,16 @@ _CHANNELS: dict = {
     "dingtalk": (("DD_BOT_TOKEN", "DD_BOT_SECRET"), _dingtalk),
     "feishu": (("FSKEY",), _feishu),
     "smtp": (("SMTP_SERVER", "SMTP_EMAIL"), _smtp),
+    "pushdeer": (("DEER_KEY",), _pushdeer),
+    "gobot": (("GOBOT_URL", "GOBOT_QQ"), _gobot),
+    "igot": (("IGOT_PUSH_KEY",), _igot),
+    "chat": (("CHAT_URL", "CHAT_TOKEN"), _chat),
+    "weplus": (("WE_PLUS_BOT_TOKEN",), _weplus),
+    "qmsg": (("QMSG_KEY",), _qmsg),
+    "wecom_app": (("QYWX_AM",), _wecom_app),
+    "aibotk": (("AIBOTK_KEY",), _aibotk),
+    "pushme": (("PUSHME_KEY",), _pushme),
+    "chronocat": (("CHRONOCAT_URL", "CHRONOCAT_TOKEN"), _chronocat),
+    "wxpusher": (("WXPUSHER_APP_TOKEN",), _wxpusher),
 }
 CHANNEL_NAMES = tuple(_CHANNELS)

@@ -180,6 +180,18 @@ def test_an_unknown_key_in_the_config_file_stops_the_command_naming_it(tmp_path)
     assert "ql.conf:2" in result.stderr
 
 
+def test_qinglongs_notify_variables_in_the_config_file_never_stop_the_service(tmp_path):
+    # Every channel variable of QingLong's notify.py, those qlshadow does not use included:
+    # a conf file carried over from QingLong loads as it is.
+    path = _write(tmp_path / "ql.conf", "QL_PORT=5600\nDEER_KEY=PDU1\nGOBOT_URL=http://127.0.0.1/x\n"
+                  "GOBOT_QQ=user_id=1\nGOBOT_TOKEN=t\nQYWX_AM=a,b,c,d\nHITOKOTO=true\n"
+                  "CONSOLE=false\nexport SKIP_PUSH_TITLE='a'\nQL_NOTIFY_FILE=/ql/config.sh\n")
+
+    assert config.load(environ={}, config_file=path).port == 5600
+    assert run_cli({"QL_DATA_DIR": str(tmp_path / "data")}, "--config", path, "db", "init",
+                   check=False).returncode == 0
+
+
 def test_a_line_without_equals_in_the_config_file_is_an_error(tmp_path):
     path = _write(tmp_path / "ql.conf", "QL_PORT\n")
 

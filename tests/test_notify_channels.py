@@ -366,6 +366,227 @@ def test_feishu_posts_text_to_the_hook_and_signs_when_a_secret_is_set(receiver):
 
 # --- failures -------------------------------------------------------------------------------
 
+# --- the rest of QingLong's channels: one table ----------------------------------------------
+
+def _query(request: dict) -> dict:
+    return dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(request["path"]).query))
+
+
+def _path(request: dict) -> str:
+    return urllib.parse.urlsplit(request["path"]).path
+
+
+TEXT = f"{TITLE}\n\n{CONTENT}"
+CHAT_QUERY = "api=SYNO.Chat.External&method=incoming&version=2&token="
+
+# name, settings (given the receiver's URL), method, path, the fields sent (read from
+# the body, or the query for a GET), a reply the service means as success, one it means
+# as failure (each with HTTP 200: only the service's own answer tells them apart).
+CHANNEL_TABLE = [
+    ("pushdeer", lambda url: {"DEER_KEY": "PDU1key", "DEER_URL": url + "/message/push"},
+     "POST", "/message/push", _form,
+     {"text": TITLE, "desp": CONTENT, "type": "markdown", "pushkey": "PDU1key"},
+     b'{"code":0,"content":{"result":["{\\"counts\\":1}"]}}',
+     b'{"code":0,"content":{"result":[]}}'),
+    ("gobot", lambda url: {"GOBOT_URL": url + "/send_private_msg", "GOBOT_QQ": "user_id=12345",
+                           "GOBOT_TOKEN": "gobot-token"},
+     "GET", "/send_private_msg", _query,
+     {"access_token": "gobot-token", "user_id": "12345", "message": TEXT},
+     b'{"status":"ok","retcode":0}', b'{"status":"failed","retcode":100}'),
+    ("igot", lambda url: {"IGOT_PUSH_KEY": "igot-key", "IGOT_ORIGIN": url},
+     "POST", "/igot-key", _form, {"title": TITLE, "content": CONTENT},
+     b'{"ret":0}', b'{"ret":201,"errMsg":"bad key"}'),
+    ("chat", lambda url: {"CHAT_URL": f"{url}/webapi/entry.cgi?{CHAT_QUERY}",
+                          "CHAT_TOKEN": "%22chat-token%22"},
+     "POST", "/webapi/entry.cgi", _form,
+     {"payload": json.dumps({"text": f"{TITLE}\n{CONTENT}"})},
+     b'{"success":true}', b'{"success":false,"error":{"code":404}}'),
+    ("weplus", lambda url: {"WE_PLUS_BOT_TOKEN": "weplus-token", "WE_PLUS_BOT_RECEIVER": "ops",
+                            "WE_PLUS_BOT_ORIGIN": url},
+     "POST", "/send", _json,
+     {"token": "weplus-token", "title": TITLE, "content": CONTENT, "template": "txt",
+      "receiver": "ops", "version": "pro"},
+     b'{"code":200,"msg":"ok"}', b'{"code":903,"msg":"bad token"}'),
+    ("qmsg", lambda url: {"QMSG_KEY": "qmsg-key", "QMSG_TYPE": "group", "QMSG_ORIGIN": url},
+     "POST", "/group/qmsg-key", _form, {"msg": TEXT},
+     b'{"success":true,"code":0}', b'{"success":false,"code":500,"reason":"no bot"}'),
+    ("aibotk", lambda url: {"AIBOTK_KEY": "aibotk-key", "AIBOTK_TYPE": "room",
+                            "AIBOTK_NAME": "ops room", "AIBOTK_ORIGIN": url},
+     "POST", "/openapi/v1/chat/room", _json,
+     {"apiKey": "aibotk-key", "roomName": "ops room", "message": {"type": 1, "content": TEXT}},
+     b'{"code":0}', b'{"code":1,"error":"no room"}'),
+    ("aibotk", lambda url: {"AIBOTK_KEY": "aibotk-key", "AIBOTK_TYPE": "contact",
+                            "AIBOTK_NAME": "Ann", "AIBOTK_ORIGIN": url},
+     "POST", "/openapi/v1/chat/contact", _json,
+     {"apiKey": "aibotk-key", "name": "Ann", "message": {"type": 1, "content": TEXT}},
+     b'{"code":0}', b'{"code":1,"error":"no contact"}'),
+    ("pushme", lambda url: {"PUSHME_KEY": "pushme-key", "PUSHME_URL": url + "/"},
+     "POST", "/", _form,
+     {"push_key": "pushme-key", "title": TITLE, "content": CONTENT, "date": "", "type": ""},
+     b"success", b"push_key invalid"),
+    ("wxpusher", lambda url: {"WXPUSHER_APP_TOKEN": "AT_app", "WXPUSHER_UIDS": "UID_a; UID_b",
+                              "WXPUSHER_TOPIC_IDS": "42", "WXPUSHER_ORIGIN": url},
+     "POST", "/api/send/message", _json,
+     {"appToken": "AT_app", "summary": TITLE, "contentType": 2, "topicIds": [42],
+      "uids": ["UID_a", "UID_b"], "verifyPayType": 0,
+      "content": f"<h1>{TITLE}</h1><br/><div style='white-space: pre-wrap;'>"
+                 f"{CONTENT.replace('&', '&amp;')}</div>"},
+     b'{"code":1000,"success":true}', b'{"code":1001,"msg":"appToken error"}'),
+]
+_IDS = [f"{case[0]}-{case[3]}" for case in CHANNEL_TABLE]
+
+
+@pytest.mark.parametrize("name, settings, method, path, read, fields, good, bad", CHANNEL_TABLE,
+                         ids=_IDS)
+def test_each_channel_sends_what_qinglong_sends_and_takes_its_success_reply(
+        receiver, name, settings, method, path, read, fields, good, bad):
+    receiver.default = (200, good)
+    channel = _only(settings(receiver.url))
+    result = notify.send(channel, TITLE, CONTENT)
+
+    request = receiver.last
+    assert channel.name == name
+    assert result == notify.Result(True, "HTTP 200")
+    assert (request["method"], _path(request)) == (method, path)
+    assert read(request) == fields
+    if method == "GET":
+        assert request["body"] == b""
+
+
+@pytest.mark.parametrize("name, settings, method, path, read, fields, good, bad", CHANNEL_TABLE,
+                         ids=_IDS)
+def test_each_channel_reports_a_reply_its_service_means_as_failure(
+        receiver, name, settings, method, path, read, fields, good, bad):
+    receiver.default = (200, bad)
+    result = _send(settings(receiver.url))
+
+    assert not result.ok
+    assert result.reason.startswith("HTTP 200: ")
+    for key, value in settings(receiver.url).items():  # no secret of the channel in it
+        if not key.endswith(("_URL", "_ORIGIN", "_TYPE")) and len(value) >= 4:
+            assert value not in result.reason
+
+
+def test_synology_chat_appends_the_token_to_its_url(receiver):
+    receiver.default = (200, b'{"success":true}')
+    _send({"CHAT_URL": f"{receiver.url}/webapi/entry.cgi?{CHAT_QUERY}", "CHAT_TOKEN": "%22t%22"})
+    assert receiver.last["path"] == f"/webapi/entry.cgi?{CHAT_QUERY}%22t%22"
+
+
+def test_weplus_sends_a_long_message_as_html(receiver):
+    receiver.default = (200, b'{"code":200}')
+    _send({"WE_PLUS_BOT_TOKEN": "weplus-token", "WE_PLUS_BOT_ORIGIN": receiver.url},
+          content="x" * 801)
+    assert _json(receiver.last)["template"] == "html"
+
+
+def test_qmsg_shortens_its_separator_as_qinglong_does(receiver):
+    receiver.default = (200, b'{"code":0}')
+    _send({"QMSG_KEY": "qmsg-key", "QMSG_TYPE": "send", "QMSG_ORIGIN": receiver.url},
+          content="a ---- b")
+    assert _form(receiver.last) == {"msg": f"{TITLE}\n\na - b"}
+
+
+def _wecom_app_receiver(receiver, send_reply=b'{"errcode":0,"errmsg":"ok"}'):
+    def answer(request):
+        if _path(request) == "/cgi-bin/gettoken":
+            return 200, b'{"errcode":0,"access_token":"fetched-token-1","expires_in":7200}'
+        return 200, send_reply
+    receiver.default = answer
+
+
+@pytest.mark.parametrize("media, kind, body", [
+    ("", "text", {"text": {"content": TEXT}}),
+    (",1", "text", {"text": {"content": TEXT}}),
+    (",0", "textcard", {"textcard": {"title": TITLE, "description": CONTENT,
+                                     "url": "https://github.com/whyour/qinglong",
+                                     "btntxt": "more"}}),
+    (",media-9", "mpnews", {"mpnews": {"articles": [{
+        "title": TITLE, "thumb_media_id": "media-9", "author": "qlshadow",
+        "content_source_url": "", "content": CONTENT.replace("\n", "<br/>"),
+        "digest": CONTENT}]}}),
+])
+def test_wecom_app_fetches_a_token_then_sends_with_it(receiver, media, kind, body):
+    _wecom_app_receiver(receiver)
+    result = _send({"QYWX_AM": f"corp-1,corp-secret,@all,1000002{media}",
+                    "QYWX_ORIGIN": receiver.url})
+
+    assert result == notify.Result(True, "HTTP 200")
+    token, message = receiver.requests
+    assert (token["method"], _path(token)) == ("GET", "/cgi-bin/gettoken")
+    assert _query(token) == {"corpid": "corp-1", "corpsecret": "corp-secret"}
+    assert (message["method"], _path(message)) == ("POST", "/cgi-bin/message/send")
+    assert _query(message) == {"access_token": "fetched-token-1"}
+    assert _json(message) == {"touser": "@all", "agentid": "1000002", "safe": "0",
+                              "msgtype": kind, **body}
+
+
+def test_wecom_app_failures_name_neither_the_secret_nor_the_fetched_token(receiver):
+    _wecom_app_receiver(receiver, b'{"errcode":40014,"errmsg":"invalid access_token fetched-token-1"}')
+    result = _send({"QYWX_AM": "corp-1,corp-secret,@all,1000002", "QYWX_ORIGIN": receiver.url})
+    assert not result.ok and "40014" in result.reason
+    assert "fetched-token-1" not in result.reason and "corp-secret" not in result.reason
+
+    receiver.requests.clear()
+    receiver.default = (200, b'{"errcode":40001,"errmsg":"invalid credential corp-secret"}')
+    result = _send({"QYWX_AM": "corp-1,corp-secret,@all,1000002", "QYWX_ORIGIN": receiver.url})
+    assert not result.ok and "40001" in result.reason and "corp-secret" not in result.reason
+    assert len(receiver.requests) == 1  # no message without a token
+
+
+def test_chronocat_sends_once_to_each_user_and_group_with_its_token(receiver):
+    result = _send({"CHRONOCAT_URL": receiver.url, "CHRONOCAT_TOKEN": "chrono-token",
+                    "CHRONOCAT_QQ": "user_id=111;group_id=222;user_id=333"})
+
+    assert result == notify.Result(True, "HTTP 200")
+    peers = []
+    for request in receiver.requests:
+        assert (request["method"], request["path"]) == ("POST", "/api/message/send")
+        assert request["headers"]["authorization"] == "Bearer chrono-token"
+        body = _json(request)
+        assert body["elements"] == [{"elementType": 1, "textElement": {"content": TEXT}}]
+        peers.append((body["peer"]["chatType"], body["peer"]["peerUin"]))
+    assert peers == [(1, "111"), (1, "333"), (2, "222")]
+
+
+def test_chronocat_stops_at_the_first_refusal(receiver):
+    receiver.fail_times(1, status=401, body=b"unauthorized")
+    result = _send({"CHRONOCAT_URL": receiver.url, "CHRONOCAT_TOKEN": "chrono-token",
+                    "CHRONOCAT_QQ": "user_id=111;group_id=222"})
+    assert result == notify.Result(False, "HTTP 401: unauthorized")
+    assert len(receiver.requests) == 1
+
+
+@pytest.mark.parametrize("values, reason", [
+    ({"GOBOT_URL": "http://127.0.0.1:9/send_private_msg", "GOBOT_QQ": "12345"},
+     "GOBOT_QQ must be user_id=<QQ>"),
+    ({"QYWX_AM": "corp,secret,@all"}, "QYWX_AM must be corpid,corpsecret,touser,agentid"),
+    ({"QMSG_KEY": "k"}, "QMSG_TYPE is not set"),
+    ({"QMSG_KEY": "k", "QMSG_TYPE": "pm"}, "QMSG_TYPE='pm' must be send or group"),
+    ({"AIBOTK_KEY": "k", "AIBOTK_TYPE": "friend", "AIBOTK_NAME": "n"},
+     "AIBOTK_TYPE='friend' must be room or contact"),
+    ({"WXPUSHER_APP_TOKEN": "AT_x"}, "WXPUSHER_TOPIC_IDS or WXPUSHER_UIDS must be set"),
+    ({"WXPUSHER_APP_TOKEN": "AT_x", "WXPUSHER_TOPIC_IDS": "a;1"}, "WXPUSHER_TOPIC_IDS must be numbers"),
+    ({"CHRONOCAT_URL": "http://127.0.0.1:9", "CHRONOCAT_TOKEN": "t", "CHRONOCAT_QQ": "111"},
+     "CHRONOCAT_QQ must name user_id"),
+    ({"DEER_KEY": "k", "DEER_URL": "api2.pushdeer.com"}, "DEER_URL must start with http"),
+    ({"CHAT_URL": "http://127.0.0.1:9/?token="}, "CHAT_TOKEN is not set"),
+])
+def test_qinglong_channels_with_bad_settings_name_the_variable(values, reason):
+    channel = _only(values)
+    assert reason in channel.error
+    assert notify.send(channel, TITLE, CONTENT) == notify.Result(False, channel.error)
+
+
+def test_skip_push_title_keeps_a_listed_title_from_every_channel(receiver):
+    values = {"NTFY_URL": receiver.url, "NTFY_TOPIC": "t",
+              "SKIP_PUSH_TITLE": "Daily report\nCron 7 failed"}
+    assert _send(values) == notify.Result(True, "not sent: SKIP_PUSH_TITLE lists this title")
+    assert receiver.requests == []
+    assert _send(values, title="Cron 8 failed").reason == "HTTP 200"
+    assert len(receiver.requests) == 1
+
+
 def test_a_receiver_that_fails_twice_is_reported_each_time_then_succeeds(receiver):
     receiver.fail_times(2)
     channel = _only({"NTFY_URL": receiver.url, "NTFY_TOPIC": "t"})
@@ -553,7 +774,8 @@ def test_notify_test_prints_one_ok_line_per_channel_and_exits_0(receiver, smtp_s
                           "SMTP_SERVER": smtp_server.address, "SMTP_EMAIL": "ops@example.org"})
 
     assert result.returncode == 0, result.stderr
-    assert result.stdout.splitlines() == ["ntfy: ok: HTTP 200", "smtp: ok: SMTP accepted"]
+    assert result.stdout.splitlines() == ["ntfy: ok: HTTP 200 (settings from the environment)",
+                                          "smtp: ok: SMTP accepted (settings from the environment)"]
     assert receiver.last["headers"]["title"] == "qlshadow: test notification"
     assert len(smtp_server.messages) == 1
 
@@ -567,8 +789,8 @@ def test_notify_test_exits_1_when_a_channel_fails_and_still_tries_the_others(rec
     result = _notify_cli({}, "--config", str(conf))
 
     assert result.returncode == 1
-    assert result.stdout.splitlines() == ["webhook: FAILED: HTTP 403: forbidden",
-                                          "gotify: ok: HTTP 200"]
+    assert result.stdout.splitlines() == [f"webhook: FAILED: HTTP 403: forbidden (settings from {conf})",
+                                          f"gotify: ok: HTTP 200 (settings from {conf})"]
     assert len(receiver.requests) == 2
 
 
