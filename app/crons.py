@@ -34,10 +34,39 @@ def _optional_text(value, key: str):
     return _text(value, key, required=False)
 
 
+TASK_FORMS = "task FILE [now] [ARGS...]"
+
+
+def task_problem(command: str) -> str | None:
+    """Why a command whose first word is QingLong's `task` cannot run here (shell/ql-task.sh), or None."""
+    import shlex
+    lexer = shlex.shlex(command, posix=True, punctuation_chars=True)
+    lexer.whitespace_split = True
+    words = []
+    try:
+        for word in lexer:
+            if word and all(c in lexer.punctuation_chars for c in word):
+                break  # the first simple command ends at ; & | ( ) < >
+            words.append(word)
+    except ValueError:
+        return None  # unbalanced quotes: the shell reports that, not QingLong's task
+    if not words or words[0] != "task":
+        return None
+    args = words[1:]
+    if not args:
+        return f"'command': `task` needs a script file ({TASK_FORMS})."
+    if args[0].startswith("-"):
+        return (f"'command': QingLong's `task {args[0]}` option is not supported here; "
+                f"use {TASK_FORMS}.")
+    if len(args) > 1 and args[1] in ("conc", "desi"):
+        return (f"'command': QingLong's `task FILE {args[1]}` (a run per account) is not "
+                f"supported here; use {TASK_FORMS}.")
+    return None
+
+
 def _command(value, key: str) -> str:
     value = _required_text(value, key)
     if value.lstrip().startswith("task"):  # QingLong's runner: refuse the forms we lack
-        from .qlimport import task_problem
         problem = task_problem(value)
         if problem:
             raise InvalidInput(problem)

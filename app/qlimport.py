@@ -31,35 +31,7 @@ from .errors import InvalidInput
 ID_MAX = 2**31 - 1
 SQLITE_NAMES = ("db/database.sqlite", "database.sqlite", "data/db/database.sqlite")
 NEDB_NAMES = ("db/crontab.db", "crontab.db", "data/db/crontab.db")
-TASK_FORMS = "task FILE [now] [ARGS...]"
 IMPORTED, KEPT, REFUSED = "imported", "kept", "refused"
-
-
-def task_problem(command: str) -> str | None:
-    """Why a command whose first word is `task` cannot run here, or None (crons.py asks)."""
-    import shlex
-    lexer = shlex.shlex(command, posix=True, punctuation_chars=True)
-    lexer.whitespace_split = True
-    words = []
-    try:
-        for word in lexer:
-            if word and all(c in lexer.punctuation_chars for c in word):
-                break  # the first simple command ends at ; & | ( ) < >
-            words.append(word)
-    except ValueError:
-        return None  # unbalanced quotes: the shell reports that, not QingLong's task
-    if not words or words[0] != "task":
-        return None
-    args = words[1:]
-    if not args:
-        return f"'command': `task` needs a script file ({TASK_FORMS})."
-    if args[0].startswith("-"):
-        return (f"'command': QingLong's `task {args[0]}` option is not supported here; "
-                f"use {TASK_FORMS}.")
-    if len(args) > 1 and args[1] in ("conc", "desi"):
-        return (f"'command': QingLong's `task FILE {args[1]}` (a run per account) is not "
-                f"supported here; use {TASK_FORMS}.")
-    return None
 
 
 # --- reading QingLong's files ---------------------------------------------------------------

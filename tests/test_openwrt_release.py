@@ -266,7 +266,7 @@ def test_notify_mails_through_smtp_on_the_declared_stdlib(release, router, smtp_
     result = server.cli("notify", "--test", env=env)
 
     assert result.returncode == 0, result.stdout + result.stderr
-    assert result.stdout.strip() == "smtp: ok: SMTP accepted"
+    assert result.stdout.strip() == "smtp: ok: SMTP accepted (settings from the environment)"
     [sent] = smtp_server.messages
     assert b"Subject: qlshadow: test notification" in sent["data"]
     assert undeclared(server) == {}
@@ -287,7 +287,8 @@ def test_notify_over_tls_without_python3_openssl_names_the_package_to_add(
     assert result.returncode == 1
     assert result.stdout.splitlines() == [
         f"{channel}: FAILED: {what} needs the OpenWrt package python3-openssl "
-        "(opkg install python3-openssl / apk add python3-openssl)"]
+        "(opkg install python3-openssl / apk add python3-openssl) "
+        "(settings from the environment)"]
     assert "_ssl" in server.python.refused()
     assert receiver.requests == []
     assert undeclared(server) == {}
