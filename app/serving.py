@@ -158,8 +158,11 @@ class _LoopLane:
 
     def add_task(self, channel) -> None:
         request = channel.requests[0]
-        if (request.path == self.path and request.command in ("PUT", "POST")
-                and request.error is None and channel.total_outbufs_len < LOOP_OUTBUF_LIMIT
+        # A request waitress could not parse has no path (nor command): it goes to a worker,
+        # which answers it with waitress's own 400, so the error is tested first.
+        if (request.error is None and request.path == self.path
+                and request.command in ("PUT", "POST")
+                and channel.total_outbufs_len < LOOP_OUTBUF_LIMIT
                 and threading.get_ident() == self.loop_thread):
             self.pending.append(channel)
         else:
