@@ -159,7 +159,7 @@ class _LoopLane:
     def add_task(self, channel) -> None:
         request = channel.requests[0]
         # A request waitress could not parse has no path (nor command): it goes to a worker,
-        # which answers it with waitress's own 400, so the error is tested first.
+        # which answers it with waitress's own "Bad Request", so the error is tested first.
         if (request.error is None and request.path == self.path
                 and request.command in ("PUT", "POST")
                 and channel.total_outbufs_len < LOOP_OUTBUF_LIMIT
