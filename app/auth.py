@@ -13,7 +13,7 @@ import secrets
 import time
 
 from .errors import Conflict, InvalidInput
-from .files import write_private
+from .files import make_private, write_private
 from .models import App, Token
 
 TOKEN_LIFETIME = 30 * 24 * 3600
@@ -127,6 +127,7 @@ def _app_token(name: str, scopes, token_file: str, now: int | None, min_left: in
         known = token_scopes(value, now)
         if (known and known[1] == expiration and known[0] == frozenset(scopes)
                 and expiration - now > min_left):
+            make_private(token_file)  # reused as it is: whoever loosened it, it is 0600 again
             return {"value": value, "expiration": expiration}
     except (OSError, ValueError, KeyError, TypeError):
         pass
@@ -161,6 +162,7 @@ def revoke_metrics_tokens() -> int:
 
 
 PAGE_SCOPE = "crons"  # what an app needs to sign in to the status page
+PAGE_KEY_FILE = "page.key"  # in the data dir: the page sessions' signing key
 
 
 # --- status page sessions -------------------------------------------------------------------
@@ -240,6 +242,7 @@ def page_key(path: str) -> bytes:
         with open(path, "rb") as fh:
             key = fh.read().strip()
         if len(key) >= 32:
+            make_private(path)
             return key
     except FileNotFoundError:
         pass

@@ -38,6 +38,12 @@ def _settings(args, server: bool = False) -> config.Settings:
     """The command's settings; a CLI command fills what it was not given from the server's
     record in the data dir, so that it installs the crontab exactly where the server does."""
     settings = config.load(config_file=args.config)
+    read = settings.config_file
+    if read and os.path.dirname(os.path.abspath(read)) == os.path.abspath(settings.data_dir):
+        # runner.conf or notify.conf, which task.sh and the crontab's notify line name: ours,
+        # and kept 0600.
+        from .files import make_private
+        make_private(read)
     if server:
         return settings
     adopted = crontab.settings_to_adopt(settings)

@@ -48,7 +48,7 @@ def _serializer():
     if signer is None:
         from itsdangerous import URLSafeTimedSerializer  # loaded with Flask already
         settings = current_app.extensions["qlshadow"]
-        path = os.path.join(settings.data_dir, "page.key")
+        path = os.path.join(settings.data_dir, auth.PAGE_KEY_FILE)
         try:
             key = auth.page_key(path)
         except OSError as exc:
