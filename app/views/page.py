@@ -147,6 +147,54 @@ def _lacks_runs(what: str):
                         "does not have.")
 
 
+def _page_hosts() -> frozenset:
+    """Names the page answers at: `localhost`, this host's name and that name under `.lan`
+    (OpenWrt's default domain), QL_HOST and QL_BASE_URL's host when they are names, and
+    QL_PAGE_HOSTS. Any IP address is answered too (_own_host)."""
+    names = current_app.extensions.get("qlshadow.page_hosts")
+    if names is None:
+        import socket
+        from urllib.parse import urlsplit
+        settings = current_app.extensions["qlshadow"]
+        here = socket.gethostname().lower().rstrip(".")
+        names = {"localhost", here, f"{here.partition('.')[0]}.lan", settings.host.lower(),
+                 (urlsplit(settings.base_url).hostname or "").rstrip("."), *settings.page_hosts}
+        names = current_app.extensions["qlshadow.page_hosts"] = frozenset(names - {""})
+    return names
+
+
+def _host_name(host: str) -> str:
+    """The name or address of a Host header, without its port, lowercase."""
+    if host.startswith("["):
+        return host[1:].partition("]")[0].lower()
+    return host.rpartition(":")[0].lower().rstrip(".") if ":" in host else host.lower().rstrip(".")
+
+
+@bp.before_request
+def _own_host():
+    """Refuse a page request that names another host (DNS rebinding: a site whose name was
+    made to resolve to this box's address would otherwise get a signed-in page).
+
+    A browser always sends the name from the URL, so an IP address is never a rebound name;
+    a request without Host comes from no browser.
+    """
+    import ipaddress
+    host = request.headers.get("Host")
+    if host is None:
+        return None
+    name = _host_name(host)
+    try:
+        ipaddress.ip_address(name)
+        return None
+    except ValueError:
+        pass
+    if name in _page_hosts():
+        return None
+    text = (f"This page answers only at this box's own names and addresses, and {host[:100]!r} "
+            "is not one of them; add the name to QL_PAGE_HOSTS to open the page there.\n")
+    return Response(text, 421, mimetype="text/plain")
+
+
 @bp.after_request
 def _headers(response):
     response.headers.update(SECURITY_HEADERS)
