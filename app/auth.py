@@ -13,7 +13,7 @@ import secrets
 import time
 
 from .errors import Conflict, InvalidInput
-from .files import write_private
+from .files import make_private, write_private
 from .models import App, Token
 
 TOKEN_LIFETIME = 30 * 24 * 3600
@@ -127,6 +127,7 @@ def _app_token(name: str, scopes, token_file: str, now: int | None, min_left: in
         known = token_scopes(value, now)
         if (known and known[1] == expiration and known[0] == frozenset(scopes)
                 and expiration - now > min_left):
+            make_private(token_file)  # reused as it is: whoever loosened it, it is 0600 again
             return {"value": value, "expiration": expiration}
     except (OSError, ValueError, KeyError, TypeError):
         pass
@@ -161,6 +162,7 @@ def revoke_metrics_tokens() -> int:
 
 
 PAGE_SCOPE = "crons"  # what an app needs to sign in to the status page
+PAGE_KEY_FILE = "page.key"  # in the data dir: the page sessions' signing key
 
 
 # --- status page sessions -------------------------------------------------------------------
@@ -197,17 +199,20 @@ def close_session(key: bytes, nonce: str) -> int:
 
 
 def page_viewer(key: bytes, app_id: int, nonce: str, mark: str, token_digest: str | None,
-                now: int) -> str | None:
-    """Name of the app a page session belongs to, while the session stands, else None.
+                now: int) -> tuple | None:
+    """(name, scopes) of the app a page session belongs to, while the session stands, else
+    None.
 
     Checked on every page view: sign-out, an expired session, a changed secret, a deleted
-    app, or (for a token sign-in) a deleted token or lost scope each end the session.
+    app, or (for a token sign-in) a deleted token or lost scope each end the session. The
+    scopes are the app's as they are now: each page then needs what its API needs.
     """
     row = (Token.select(Token.expiration, App.id, App.name, App.scopes, App.client_secret_hash)
            .join(App).where(Token.token_hash == _session_hash(key, nonce)).tuples().first())
     if row is None or row[0] <= now or row[1] != app_id:
         return None
-    if PAGE_SCOPE not in row[3].split(","):
+    scopes = frozenset(row[3].split(","))
+    if PAGE_SCOPE not in scopes:
         return None
     if not hmac.compare_digest(secret_mark(key, row[4]), mark):
         return None
@@ -215,7 +220,8 @@ def page_viewer(key: bytes, app_id: int, nonce: str, mark: str, token_digest: st
         found = scopes_for_digest(token_digest, now)
         if found is None or PAGE_SCOPE not in found[0]:
             return None
-    return row[2]
+        scopes &= found[0]
+    return row[2], scopes
 
 
 def app_for_token(token: str, now: int):
@@ -236,6 +242,7 @@ def page_key(path: str) -> bytes:
         with open(path, "rb") as fh:
             key = fh.read().strip()
         if len(key) >= 32:
+            make_private(path)
             return key
     except FileNotFoundError:
         pass

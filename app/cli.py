@@ -38,6 +38,12 @@ def _settings(args, server: bool = False) -> config.Settings:
     """The command's settings; a CLI command fills what it was not given from the server's
     record in the data dir, so that it installs the crontab exactly where the server does."""
     settings = config.load(config_file=args.config)
+    read = settings.config_file
+    if read and os.path.dirname(os.path.abspath(read)) == os.path.abspath(settings.data_dir):
+        # runner.conf or notify.conf, which task.sh and the crontab's notify line name: ours,
+        # and kept 0600.
+        from .files import make_private
+        make_private(read)
     if server:
         return settings
     adopted = crontab.settings_to_adopt(settings)
@@ -525,10 +531,12 @@ def _notify_tick(args, channels: list) -> int:
     return 0
 
 
-_STATUS_COLUMNS = (("cron", "cron_id"), ("name", "name"), ("state", "state"),
-                   ("since", "since"), ("next", "next_expected"),
-                   ("last success", "last_success"), ("last start", "last_start"),
-                   ("grace", "grace"), ("reason", "reason"))
+_STATUS_COLUMNS = ((Column("cron", right=True), "cron_id"), (Column("name", shrink=True), "name"),
+                   (Column("state"), "state"), (Column("since"), "since"),
+                   (Column("next"), "next_expected"), (Column("last success"), "last_success"),
+                   (Column("last start"), "last_start"), (Column("grace", right=True), "grace"),
+                   (Column("reason", shrink=True), "reason"))
+_STATUS_TIMES = ("since", "next_expected", "last_success", "last_start")
 
 
 def cmd_status(args) -> int:
@@ -549,24 +557,10 @@ def cmd_status(args) -> int:
         _print_json({"data": rows})
         return 0
 
-    from .timefmt import local_text
-
-    def cell(row: dict, key: str) -> str:
-        value = row[key]
-        if value is None:
-            return "-"
-        if key in ("since", "next_expected", "last_success", "last_start"):
-            return local_text(value)
-        if key == "name" and len(value) > 24:
-            return value[:23] + "~"
-        return str(value)
-
-    table = [[title for title, _ in _STATUS_COLUMNS]]
-    table += [[cell(row, key) for _, key in _STATUS_COLUMNS] for row in rows]
-    widths = [max(len(line[i]) for line in table) for i in range(len(_STATUS_COLUMNS))]
-    for line in table:
-        print("  ".join(v.rjust(w) if i in (0, 7) else v.ljust(w)
-                        for i, (v, w) in enumerate(zip(line, widths, strict=True))).rstrip())
+    sys.stdout.write(table([column for column, _ in _STATUS_COLUMNS],
+                           [[when(row[key]) if key in _STATUS_TIMES else row[key]
+                             for _, key in _STATUS_COLUMNS] for row in rows],
+                           terminal_width()))
     if not rows:
         print("no crons")
     return 0

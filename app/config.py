@@ -28,7 +28,7 @@ FILE_KEYS = frozenset({
     "QL_CRONTAB_FILE", "QL_CRONTAB_INSTALL", "QL_CRONTAB_LIST", "QL3_SHADOW_ORIGINS",
     "QL3_SHADOW_FAILURE_CAP", "QL_MAX_BODY", "QL_BASE_URL", "QL_CALLBACK_TIMEOUT", "QL_DB_TIMEOUT",
     "QL_RETENTION_DAYS", "QL_RETENTION_ROWS_PER_CRON", "QL_RETENTION_LOGS_PER_CRON",
-    "QL_RETENTION_LOG_DAYS", "QL_SQLITE_SYNCHRONOUS", "QL_STORAGE_BUDGET",
+    "QL_RETENTION_LOG_DAYS", "QL_SQLITE_SYNCHRONOUS", "QL_STORAGE_BUDGET", "QL_PAGE_HOSTS",
 })
 
 # Notification settings (docs/NOTIFY.md), read by qlshadow.notify only, never by the
@@ -108,6 +108,8 @@ class Settings:
     retention_logs_per_cron: int = 50
     retention_log_days: int = 7
     storage_budget: int = DEFAULT_STORAGE_BUDGET  # bytes; 0: no budget
+    # Host names the status page answers at besides its own (views/page.py), lowercase.
+    page_hosts: frozenset = field(default_factory=frozenset)
     config_file: str | None = None
     # The keys whose value came from the config file (the environment did not override
     # them): such a value (a database password) need not be repeated on crontab lines,
@@ -249,6 +251,20 @@ def check_hosts(raw: str) -> tuple:
     return tuple(dict.fromkeys(check_host(part) for part in raw.split(",")))
 
 
+def parse_page_hosts(raw: str) -> frozenset:
+    """QL_PAGE_HOSTS: a comma list of host names (or addresses) the page also answers at."""
+    names = set()
+    for part in raw.split(","):
+        name = part.strip().lower().rstrip(".")
+        if not part.strip():
+            continue
+        if (not name or not name.isascii() or any(c.isspace() or c in "/[]@:" for c in name)):
+            raise ConfigError(f"QL_PAGE_HOSTS has {part.strip()!r}, which is not a host name "
+                              "(write names without a scheme, port or path, comma-separated)")
+        names.add(name)
+    return frozenset(names)
+
+
 def derive_base_url(host: str, port: int) -> str:
     """The URL tasks call: the listen address, with a wildcard address made loopback."""
     if host in ("0.0.0.0", ""):
@@ -365,6 +381,7 @@ def load(environ: Mapping[str, str] | None = None, config_file: str | None = Non
         retention_log_days=_int("QL_RETENTION_LOG_DAYS", merged.get("QL_RETENTION_LOG_DAYS", "7"), 0, 36500),
         storage_budget=parse_size("QL_STORAGE_BUDGET",
                                   merged.get("QL_STORAGE_BUDGET", DEFAULT_BUDGET_TEXT)),
+        page_hosts=parse_page_hosts(merged.get("QL_PAGE_HOSTS", "")),
         config_file=path,
         file_keys=frozenset(file_values.keys() - from_env.keys()),
         given_keys=frozenset(merged),

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import stat
 import tempfile
 
 
@@ -33,3 +34,16 @@ def write_private(path: str, text: str, replace: bool = True) -> bool:
     finally:
         if os.path.exists(tmp):  # gone once it replaced path; a link leaves it behind
             os.unlink(tmp)
+
+
+def make_private(path: str) -> int | None:
+    """Make an existing file of ours 0600 when others may read it; returns its looser mode
+    then, else None (already private, missing, or not ours to change)."""
+    try:
+        found = os.stat(path)
+        if found.st_mode & 0o077 == 0 or found.st_uid != os.geteuid():
+            return None
+        os.chmod(path, 0o600)
+    except OSError:
+        return None
+    return stat.S_IMODE(found.st_mode)

@@ -165,8 +165,11 @@ class _LoopLane:
 
     def add_task(self, channel) -> None:
         request = channel.requests[0]
-        if (request.path == self.path and request.command in ("PUT", "POST")
-                and request.error is None and channel.total_outbufs_len < LOOP_OUTBUF_LIMIT
+        # A request waitress could not parse has no path (nor command): it goes to a worker,
+        # which answers it with waitress's own "Bad Request", so the error is tested first.
+        if (request.error is None and request.path == self.path
+                and request.command in ("PUT", "POST")
+                and channel.total_outbufs_len < LOOP_OUTBUF_LIMIT
                 and threading.get_ident() == self.loop_thread):
             self.pending.append(channel)
         else:
@@ -348,6 +351,7 @@ def serve(settings, threads: int | None = None, callback_lane: str | None = None
             settings = config.with_port(settings, server.port)
             app.extensions["qlshadow"] = settings
         crontab.protect_data_dir(settings)
+        _protect_secrets(settings)
         _startup_crontab(settings)
         database = db.describe(db.database.obj) + (f" ({journal})" if journal else "")
         origins = ",".join(sorted(settings.shadow_origins)) or "off"
@@ -376,6 +380,29 @@ def serve(settings, threads: int | None = None, callback_lane: str | None = None
     finally:
         server.close()
     return 0
+
+
+def secret_files(settings) -> list:
+    """The files of the data dir that hold secrets (tokens, keys, the database URL, the
+    channels' credentials, the users' commands): each is written 0600."""
+    import os
+
+    from . import auth, crontab
+    data = os.path.abspath(settings.data_dir)
+    names = (auth.RUNNER_TOKEN_FILE, auth.PAGE_KEY_FILE, crontab.RUNNER_ENV,
+             crontab.RUNNER_CONF, crontab.NOTIFY_CONF, crontab.RECORD)
+    return [os.path.abspath(settings.token_file), os.path.abspath(settings.crontab_file),
+            *(os.path.join(data, name) for name in names)]
+
+
+def _protect_secrets(settings) -> None:
+    """Make every secret file 0600 again, one warning line for each that was not."""
+    from .files import make_private
+    for path in secret_files(settings):
+        mode = make_private(path)
+        if mode is not None:
+            print(f"qlshadow: warning: {path} was mode {mode:04o}, readable by other users; "
+                  "made it 0600", file=sys.stderr, flush=True)
 
 
 def _startup_crontab(settings) -> None:

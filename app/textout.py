@@ -13,6 +13,15 @@ from dataclasses import dataclass
 from .timefmt import local_text, utc_text
 
 NONE = "-"  # a cell with no value
+# Control characters (C0, DEL, C1) shown as escapes: a cron's name or command is anyone's
+# text, and an ESC would colour the terminal, a line break split a row in two.
+_SHOWN = {c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7f, 0xa0))}
+_SHOWN.update({ord("\n"): "\\n", ord("\r"): "\\r", ord("\t"): "\\t"})
+
+
+def shown(text: str) -> str:
+    """text with its control characters escaped (\\x1b, \\n), safe for one terminal cell."""
+    return text.translate(_SHOWN)
 
 
 @dataclass(frozen=True)
@@ -62,7 +71,7 @@ def terminal_width(stream=None) -> int | None:
 
 def table(columns: list, rows: list, width: int | None = None) -> str:
     """rows (lists of cell text) under columns' titles, two spaces apart, fitted to width."""
-    cells = [[c.title for c in columns]] + [[NONE if v is None or v == "" else str(v)
+    cells = [[c.title for c in columns]] + [[NONE if v is None or v == "" else shown(str(v))
                                              for v in row] for row in rows]
     widths = [max(display_width(row[i]) for row in cells) for i in range(len(columns))]
     if width is not None:
@@ -88,7 +97,7 @@ def table(columns: list, rows: list, width: int | None = None) -> str:
 def record(pairs: list) -> str:
     """(label, value) pairs as aligned 'label: value' lines (one thing shown in full)."""
     wide = max(len(label) for label, _ in pairs)
-    return "".join(f"{label + ':':<{wide + 1}} {NONE if v is None or v == '' else v}\n"
+    return "".join(f"{label + ':':<{wide + 1}} {NONE if v is None or v == '' else shown(str(v))}\n"
                    for label, v in pairs)
 
 

@@ -125,7 +125,7 @@ def _stored_far_times(client, auth, make_cron) -> int:
 def test_the_page_shows_stored_times_past_local_time_in_utc(client, auth, make_cron):
     cron_id = _stored_far_times(client, auth, make_cron)
     with db.database.connection_context(), db.write_transaction():
-        viewer = create_app_record("viewer", ["crons"])
+        viewer = create_app_record("viewer", ["crons", "runs"])
     client.post("/page/login", data={"client_id": viewer[0], "client_secret": viewer[1]})
 
     listing = client.get("/page/")

@@ -13,6 +13,7 @@ from ..runtime import KEY as RUNTIME_KEY
 from ..runtime import Runtime
 from . import (auth, callback, crons, errors, health, metrics, notifications, page, reconcile,
                runs)
+from .common import PathId
 from .errors import ApiError
 
 
@@ -44,6 +45,8 @@ def init_app(app) -> None:
     # Werkzeug would answer "/open//crons/status" with an HTML 308 redirect, which no error
     # handler sees; unmerged, such a path is a plain JSON 404. Set before rules are added.
     app.url_map.merge_slashes = False
+    # Every `<int:...>` in a path: ASCII digits only, as the one integer rule reads ids.
+    app.url_map.converters["int"] = PathId
     for module in (crons, runs, auth, health, reconcile, metrics, notifications, page):
         app.register_blueprint(module.bp)
     app.before_request(_guard)

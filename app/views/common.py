@@ -5,12 +5,32 @@ import functools
 import time
 
 from flask import current_app, request
+from werkzeug.routing import BaseConverter
 
 from ..auth import TokenCache
-from ..parse import parse_int
+from ..parse import INT64_MAX, parse_int, to_int
 from ..runtime import KEY as RUNTIME_KEY
 from ..runtime import Runtime
 from .errors import ApiError
+
+
+class PathId(BaseConverter):
+    """An id in a path, read by the one integer rule (parse.to_int): ASCII digits only.
+
+    Werkzeug's own int converter takes any Unicode digit (a fullwidth "１" read as cron 1).
+    An id past 64 bits still reaches its view, which answers that no such row exists; past
+    40 digits the path matches no route (a 404 as well), so int() never reads a huge one.
+    """
+    regex = r"[0-9]{1,40}"
+    part_isolating = True
+
+    def to_python(self, value: str) -> int:
+        number = to_int(value, 0, INT64_MAX)
+        return int(value) if number is None else number
+
+    def to_url(self, value) -> str:
+        return str(int(value))
+
 
 def runtime() -> Runtime:
     """The runtime of the app answering this request."""

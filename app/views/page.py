@@ -48,7 +48,7 @@ def _serializer():
     if signer is None:
         from itsdangerous import URLSafeTimedSerializer  # loaded with Flask already
         settings = current_app.extensions["qlshadow"]
-        path = os.path.join(settings.data_dir, "page.key")
+        path = os.path.join(settings.data_dir, auth.PAGE_KEY_FILE)
         try:
             key = auth.page_key(path)
         except OSError as exc:
@@ -83,8 +83,9 @@ def _session() -> dict | None:
         return None
 
 
-def _viewer() -> str | None:
-    """The signed-in app's name, or None for a missing, forged, expired or revoked session."""
+def _viewer() -> tuple | None:
+    """(name, scopes) of the signed-in app, or None for a missing, forged, expired or revoked
+    session."""
     data = _session()
     if data is None:
         return None
@@ -118,14 +119,81 @@ def login_required(view):
     """No data without a valid session: anything else goes to the sign-in form."""
     @functools.wraps(view)
     def wrapper(*args, **kwargs):
-        g.viewer = _viewer()
-        if g.viewer is None:
+        found = _viewer()
+        if found is None:
             response = redirect(url_for("page.login"), code=303)
             if request.cookies.get(COOKIE):
                 response.delete_cookie(COOKIE, path=bp.url_prefix)
             return response
+        g.viewer, g.scopes = found
         return view(*args, **kwargs)
     return wrapper
+
+
+# Each page needs the scope its API needs (docs/CONTRACT.md §2.2): signing in takes
+# auth.PAGE_SCOPE (`crons`: the crons, their health and the alert log); Runs, task logs,
+# executions, accept failures and the gate need `runs`, as /open/runs and /open/reconcile do.
+RUNS_SCOPE = "runs"
+
+
+def _reads_runs() -> bool:
+    return RUNS_SCOPE in g.scopes
+
+
+def _lacks_runs(what: str):
+    """The page's 403: what it shows needs the `runs` scope, which the viewer lacks."""
+    return _render("missing.html", 403, title="Not allowed",
+                   what=f"{what} need the '{RUNS_SCOPE}' scope, which the app {g.viewer} "
+                        "does not have.")
+
+
+def _page_hosts() -> frozenset:
+    """Names the page answers at: `localhost`, this host's name and that name under `.lan`
+    (OpenWrt's default domain), QL_HOST and QL_BASE_URL's host when they are names, and
+    QL_PAGE_HOSTS. Any IP address is answered too (_own_host)."""
+    names = current_app.extensions.get("qlshadow.page_hosts")
+    if names is None:
+        import socket
+        from urllib.parse import urlsplit
+        settings = current_app.extensions["qlshadow"]
+        here = socket.gethostname().lower().rstrip(".")
+        names = {"localhost", here, f"{here.partition('.')[0]}.lan",
+                 *(host.lower() for host in settings.hosts),
+                 (urlsplit(settings.base_url).hostname or "").rstrip("."), *settings.page_hosts}
+        names = current_app.extensions["qlshadow.page_hosts"] = frozenset(names - {""})
+    return names
+
+
+def _host_name(host: str) -> str:
+    """The name or address of a Host header, without its port, lowercase."""
+    if host.startswith("["):
+        return host[1:].partition("]")[0].lower()
+    return host.rpartition(":")[0].lower().rstrip(".") if ":" in host else host.lower().rstrip(".")
+
+
+@bp.before_request
+def _own_host():
+    """Refuse a page request that names another host (DNS rebinding: a site whose name was
+    made to resolve to this box's address would otherwise get a signed-in page).
+
+    A browser always sends the name from the URL, so an IP address is never a rebound name;
+    a request without Host comes from no browser.
+    """
+    import ipaddress
+    host = request.headers.get("Host")
+    if host is None:
+        return None
+    name = _host_name(host)
+    try:
+        ipaddress.ip_address(name)
+        return None
+    except ValueError:
+        pass
+    if name in _page_hosts():
+        return None
+    text = (f"This page answers only at this box's own names and addresses, and {host[:100]!r} "
+            "is not one of them; add the name to QL_PAGE_HOSTS to open the page there.\n")
+    return Response(text, 421, mimetype="text/plain")
 
 
 @bp.after_request
@@ -335,8 +403,10 @@ def cron_page(cron_id: int):
     if cron is None:
         return _render("missing.html", 404, what=f"Cron {cron_id} does not exist.")
     now, shadow = int(time.time()), _shadow()
-    before = _arg_int("before", 0, 1, INT64_MAX) or None
     found, summary = overview.cron_detail(cron, now, shadow)
+    if not _reads_runs():
+        return _render("cron.html", cron=cron, summary=summary, reads_runs=False)
+    before = _arg_int("before", 0, 1, INT64_MAX) or None
     executions = overview.cron_executions(cron_id, shadow, RUNS_LIMIT, before, found)
     latest = executions["rows"][0] if executions["rows"] and before is None else None
     log = None
@@ -345,7 +415,7 @@ def cron_page(cron_id: int):
     return _render("cron.html", cron=cron, summary=summary, rows=executions["rows"],
                    next_before=executions["next_before"], before=before, latest=latest,
                    log=log, shadow=shadow, failures=overview.cron_failures(cron_id, RUNS_LIMIT),
-                   limit=RUNS_LIMIT)
+                   limit=RUNS_LIMIT, reads_runs=True)
 
 
 @bp.route("/runs/<run_id>", methods=["GET"])
@@ -353,6 +423,8 @@ def cron_page(cron_id: int):
 def run_page(run_id: str):
     from .. import overview
     from ..shadow import reader
+    if not _reads_runs():
+        return _lacks_runs("Runs and their logs")
     run = reader.get_run(run_id) if reader.UUID_TEXT.fullmatch(run_id) else None
     if run is None:
         return _render("missing.html", 404, what=f"Run {run_id[:40]} does not exist.")
@@ -368,6 +440,8 @@ def run_page(run_id: str):
 @bp.route("/gate", methods=["GET"])
 @login_required
 def gate_page():
+    if not _reads_runs():
+        return _lacks_runs("The gate's verdicts")
     try:
         # The gate is its own module; without it the page still works and says so.
         from ..reconcile import reconcile
