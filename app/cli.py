@@ -15,7 +15,7 @@ import sys
 
 from peewee import DatabaseError, IntegrityError, InterfaceError
 
-from . import config, crons, crontab, db
+from . import __version__, config, crons, crontab, db
 from .auth import (RUNNER_APP, RUNNER_TOKEN_FILE, SYSTEM_APP, create_app_record,
                    ensure_system_app, runner_token, system_token)
 from .errors import QlError
@@ -517,6 +517,11 @@ def cmd_status(args) -> int:
         healths = health.read_all(int(time.time()),
                                   shadow="scheduled_system" in settings.shadow_origins)
     rows = [health.public(h) for h in healths]
+    if crontab.install_state(settings) == "installed":
+        from .crond import NOT_RUNNING, crontab_words
+        if crontab_words("installed") == NOT_RUNNING:  # every firing would count as missed
+            print(f"qlshadow: crontab {NOT_RUNNING}: no firing of it will start",
+                  file=sys.stderr)
     if args.json:
         _print_json({"data": rows})
         return 0
@@ -614,6 +619,7 @@ def build_parser() -> argparse.ArgumentParser:
                "insufficient.")
     parser.add_argument("--config", metavar="PATH",
                         help="KEY=VALUE config file (default: $QL_CONFIG); the environment wins")
+    parser.add_argument("--version", action="version", version=f"qlshadow {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("serve", help="serve the HTTP API with waitress (one process)")
