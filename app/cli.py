@@ -615,8 +615,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="qlshadow", description="Legacy-compatible cron status service with Shadow Runs.",
         epilog="Exit status: 0 success; 1 the command failed or said no (one line on stderr); "
                f"2 a usage mistake; {EXIT_INTERNAL} an internal error (a defect: one line on "
-               "stderr, please report it). `reconcile` also exits 3 when the gate is "
-               "insufficient.")
+               "stderr, please report it); 75 the database would be created under a mount point "
+               "not mounted yet. `reconcile` also exits 3 when the gate is insufficient.")
     parser.add_argument("--config", metavar="PATH",
                         help="KEY=VALUE config file (default: $QL_CONFIG); the environment wins")
     parser.add_argument("--version", action="version", version=f"qlshadow {__version__}")
@@ -769,6 +769,7 @@ def main(argv=None) -> int:
         return 128 + signal.SIGINT  # Ctrl-C (ending `log -f`, say): no traceback
     except (config.ConfigError, CliError, QlError) as exc:
         print(f"qlshadow: {exc}", file=sys.stderr)
+        return getattr(exc, "exit_status", 1)  # 75: the data dir's disk is not mounted yet
     except (DatabaseError, InterfaceError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         print(f"qlshadow: database error: {first}", file=sys.stderr)
