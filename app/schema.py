@@ -25,8 +25,8 @@ from peewee import (BigIntegerField, CompositeKey, Database, DatabaseError, Inte
                     SqliteDatabase, TextField)
 
 from .errors import Unavailable
-from .models import (ALL_MODELS, AlertDelivery, AlertEvent, App, BaseModel, Cron,
-                     RunningInstance, ShadowFailure, ShadowRun, Token, database)
+from .models import (ALL_MODELS, AlertDelivery, AlertEvent, App, BaseModel, ClockStep, Cron,
+                     HostBoot, RunningInstance, ShadowFailure, ShadowRun, Token, database)
 
 log = logging.getLogger("qlshadow")
 
@@ -316,6 +316,12 @@ def _step_alerts(db: Database) -> None:
     add_indexes(AlertDelivery)
 
 
+def _step_host_clock(db: Database) -> None:
+    """Version 5: each host's boot (Runs open at a reboot are closed) and the clock steps."""
+    add_table(db, HostBoot)
+    add_table(db, ClockStep)
+
+
 # (what the step does, in words that follow "cannot" in an error; the step). Step n brings
 # version n - 1 to version n and returns a line to log once it is committed, or None.
 # Append only: never reorder or edit a step that has shipped. Step 1 builds tables from
@@ -326,6 +332,7 @@ STEPS = (
     ("slim shadow_runs", _step_slim_runs),
     ("add the crons' grace column", _step_cron_grace),
     ("add the alert tables", _step_alerts),
+    ("add the host boot and clock step tables", _step_host_clock),
 )
 LATEST = len(STEPS)
 
@@ -359,6 +366,7 @@ def upgrade_schema(cause: Callable[[BaseException], str] = _first_line) -> str:
             mode = db.execute_sql("PRAGMA journal_mode=wal").fetchone()[0].lower()
         if _current(db) == LATEST and not _missing_tables(db):  # the usual start: no lock
             move_old_runs(db)
+            _note_boot(db)
             return mode
         if sqlite:
             waited = db.execute_sql("PRAGMA busy_timeout").fetchone()[0]
@@ -369,7 +377,18 @@ def upgrade_schema(cause: Callable[[BaseException], str] = _first_line) -> str:
         finally:
             if sqlite:
                 db.execute_sql(f"PRAGMA busy_timeout = {waited}")
+        _note_boot(db)
     return mode
+
+
+def _note_boot(db: Database) -> None:
+    """Close the Runs a reboot left open (shadow/reboot.py); a failure only delays it."""
+    from .shadow.reboot import note_boot
+    try:
+        note_boot(db)
+    except DatabaseError as exc:
+        log.warning("cannot record this boot, so Runs left open by a reboot stay open until "
+                    "the next start: %s", _first_line(exc))
 
 
 def check_version() -> None:

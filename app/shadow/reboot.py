@@ -1,0 +1,69 @@
+"""Runs left open by a reboot: closed as lost at reboot by the first opening of a new boot.
+
+A reboot kills every task crond started, so a Run still running then never gets its finish.
+The kernel's boot id tells a reboot from a restart of the service: each host's last boot id
+is one row (models.HostBoot), read once when a process opens the database for writing (the
+service at start-up, a CLI command). When it differs, that process, in one transaction,
+closes every open Run (finished_at now, no exit code, marked LOST_AT_REBOOT) and records the
+new boot; a compare-and-set on the row makes two processes starting at once do it once.
+Runs carry no host: on a database shared by several hosts a reboot of one closes the others'
+open Runs too.
+"""
+from __future__ import annotations
+
+import logging
+import socket
+import time
+
+from . import LOST_AT_REBOOT
+
+log = logging.getLogger("qlshadow")
+
+BOOT_ID = "/proc/sys/kernel/random/boot_id"
+
+
+def boot_id(path: str = BOOT_ID) -> str | None:
+    """This boot's id, or None where the kernel has none to tell (not Linux)."""
+    try:
+        with open(path, encoding="ascii") as fh:
+            return fh.read().strip() or None
+    except (OSError, ValueError):
+        return None
+
+
+def note_boot(db, current: str | None = None, now: int | None = None,
+              host: str | None = None) -> int:
+    """Record this host's boot; in a new one, close the Runs left open. Returns how many.
+
+    The usual start (the same boot) reads one row and writes nothing.
+    """
+    current = boot_id() if current is None else current
+    if current is None:
+        return 0
+    host = socket.gethostname() if host is None else host
+    q = db.param
+    row = db.execute_sql(f'SELECT "boot_id" FROM "host_boots" WHERE "host" = {q}',
+                         (host,)).fetchone()
+    if row is not None and row[0] == current:
+        return 0
+    now = int(time.time()) if now is None else now
+    from ..db import write_transaction
+    closed = 0
+    with write_transaction():
+        if row is None:  # first seen: what was open before cannot be told from a reboot
+            db.execute_sql(f'INSERT INTO "host_boots" ("host", "boot_id", "seen_at") '
+                           f'VALUES ({q}, {q}, {q}) ON CONFLICT DO NOTHING', (host, current, now))
+            return 0
+        won = db.execute_sql(f'UPDATE "host_boots" SET "boot_id" = {q}, "seen_at" = {q} '
+                             f'WHERE "host" = {q} AND "boot_id" = {q}',
+                             (current, now, host, row[0])).rowcount
+        if won:
+            # A scan of the Run table, once per boot: no index holds the open Runs, and one
+            # would be a page written by every callback.
+            closed = db.execute_sql(f'UPDATE "shadow_runs" SET "finished_at" = {q}, '
+                                    f'"created_running" = {q} WHERE "finished_at" IS NULL',
+                                    (now, LOST_AT_REBOOT)).rowcount
+    if closed:
+        log.warning("%d Run(s) left running by the boot before were closed as lost at reboot",
+                    closed)
+    return closed
