@@ -60,7 +60,9 @@ def _print_json(data) -> None:
 def cmd_serve(args) -> int:
     # Flask and waitress load only for serve: the other commands (a task's token refresh
     # among them) start faster and smaller without them.
+    from .runtime import watch_clock
     from .serving import serve
+    watch_clock()  # clock steps, for the gate and health (runtime.py)
     return serve(_settings(args, server=True))
 
 

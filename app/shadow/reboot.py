@@ -47,9 +47,10 @@ def note_boot(db, current: str | None = None, now: int | None = None,
     if row is not None and row[0] == current:
         return 0
     now = int(time.time()) if now is None else now
-    from ..db import write_transaction
+    from peewee import SqliteDatabase
     closed = 0
-    with write_transaction():
+    # At start-up, before any request thread: a plain write transaction (BEGIN IMMEDIATE).
+    with db.atomic("IMMEDIATE") if isinstance(db, SqliteDatabase) else db.atomic():
         if row is None:  # first seen: what was open before cannot be told from a reboot
             db.execute_sql(f'INSERT INTO "host_boots" ("host", "boot_id", "seen_at") '
                            f'VALUES ({q}, {q}, {q}) ON CONFLICT DO NOTHING', (host, current, now))
