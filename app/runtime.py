@@ -59,6 +59,7 @@ class ClockWatch:
     def __init__(self, clock=clocks):
         self._clock = clock
         self._last = clock()
+        self._unrecorded: list = []  # steps whose write failed: written at the next check
 
     def look(self) -> tuple | None:
         """(step, lo, hi) when the wall clock stepped since the last look, else None.
@@ -76,10 +77,15 @@ class ClockWatch:
         return round(step), math.floor(lo), math.ceil(hi)
 
     def check(self) -> tuple | None:
-        """look(), and record a step found (clock_steps)."""
+        """look(), and record a step found (clock_steps), with any an earlier check failed
+        to record (a full disk, say): the next look could never see them again."""
         found = self.look()
         if found is not None:
-            record_step(*found, at=int(self._last[0]))
+            self._unrecorded.append((*found, int(self._last[0])))
+        while self._unrecorded:
+            step, lo, hi, at = self._unrecorded[0]
+            record_step(step, lo, hi, at)
+            del self._unrecorded[0]
         return found
 
 

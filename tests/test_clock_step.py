@@ -11,6 +11,7 @@ import threading
 import time
 
 import pytest
+from peewee import DatabaseError
 
 from qlshadow import db
 from qlshadow.health import read_all
@@ -66,6 +67,18 @@ def test_the_service_thread_records_a_step_it_sees(app):
         thread.join(10)
     (row,) = table_rows(ClockStep)
     assert (row["step"], row["lo"], row["hi"], row["at"]) == (7200, 1_000_060, 1_007_320, 1_007_320)
+
+
+def test_a_step_whose_write_failed_is_written_at_the_next_check(app):
+    watch = ClockWatch(Readings((5000.0, 10.0), (5000.0 + 60 + 600, 70.0), (5720.0, 130.0)))
+    with db.connected():
+        db.database.obj.drop_tables([ClockStep])  # every write of a step fails now
+        with pytest.raises(DatabaseError):
+            watch.check()
+        db.database.obj.create_tables([ClockStep])
+    assert watch.check() is None  # no new step, but the one seen before is written now
+    (row,) = table_rows(ClockStep)
+    assert (row["step"], row["lo"], row["hi"]) == (600, 5000, 5660)
 
 
 def test_only_the_newest_steps_are_kept(app):
