@@ -7,6 +7,7 @@ out as a router's boot looks (its clock set from a file's time, then stepped by 
 """
 from __future__ import annotations
 
+import os
 import threading
 import time
 
@@ -159,3 +160,24 @@ def test_health_calls_no_firing_of_a_step_missed(client, auth):
         _boot_step(now - 2 * HOUR - 30, 2 * HOUR - 60)
     after = _health(cron_id, now)
     assert after["state"] == "ok" and after["missed_recent"] == 0
+
+
+FAKETIME = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"  # Debian's faketime package
+
+
+@pytest.mark.slow  # the service looks at the clocks once a minute
+@pytest.mark.skipif(not os.path.exists(FAKETIME), reason="needs libfaketime: apt-get install faketime")
+def test_a_running_service_records_a_step_of_its_real_clock(live_server, make_settings, tmp_path):
+    # libfaketime shifts the server's wall clock by what the file says, read at every call;
+    # its boot clock stays the kernel's, as NTP's step leaves it.
+    offset = tmp_path / "offset"
+    offset.write_text("+0\n")
+    server = live_server(LD_PRELOAD=FAKETIME, FAKETIME_TIMESTAMP_FILE=str(offset),
+                         FAKETIME_NO_CACHE="1", DONT_FAKE_MONOTONIC="1")
+    db.open_database(make_settings(), create=False)  # to read what the server wrote
+    offset.write_text("+2h\n")
+    assert wait_for(lambda: table_rows(ClockStep), 90, interval=1), server.output()
+    (row,) = table_rows(ClockStep)
+    assert abs(row["step"] - 7200) < 5
+    assert row["hi"] - row["lo"] < 7200 + 61 + 5  # the step, widened by one minute at most
+    assert "the wall clock stepped +72" in server.output()

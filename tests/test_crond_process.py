@@ -158,3 +158,16 @@ def test_qlshadow_version_prints_the_version():
     from qlshadow import __version__
     result = run_cli({}, "--version")
     assert result.stdout == f"qlshadow {__version__}\n"
+
+
+def test_the_status_pages_health_says_crond_does_not_run(app, client, auth, token, make_settings,
+                                                         tmp_path, monkeypatch):
+    _system(make_settings, tmp_path, app)
+    monkeypatch.setattr(crond, "ROOT", str(tmp_path))  # not OpenWrt: nothing is started
+    monkeypatch.setattr(crond, "PROC", fake_proc(tmp_path, p1=("init", ["/sbin/init"])))
+    assert client.post("/open/crons", json={"name": "a", "command": "true",
+                                            "schedule": "* * * * *"},
+                       headers=auth).status_code == 200
+    assert client.post("/page/login", data={"token": token}).status_code in (302, 303)
+    page = client.get("/page/health").get_data(as_text=True)
+    assert "<dt>Crontab</dt>" in page and ">installed, crond not running</span>" in page
