@@ -84,6 +84,15 @@ def test_a_lost_run_is_neither_failed_nor_stuck_in_the_gate(client, auth, open_a
     assert (report["runs"], report["exited"], report["failed"], report["stuck"]) == (2, 2, 0, 0)
 
 
+def test_a_clock_behind_at_boot_never_closes_a_run_before_its_start(client, auth, open_and_done):
+    # OpenWrt starts its clock from the newest file's time under /etc until NTP steps it.
+    _, running = open_and_done
+    with db.connected():
+        assert note_boot(db.database.obj, current="next-boot", now=running - 86400) == 1
+    lost = runs(client, auth)[running]
+    assert lost["finished_at"] == lost["accepted_at"] == running
+
+
 def test_the_first_boot_seen_closes_nothing(client, auth, open_and_done):
     _, running = open_and_done
     with db.connected(), db.write_transaction():

@@ -4,7 +4,8 @@ A reboot kills every task crond started, so a Run still running then never gets 
 The kernel's boot id tells a reboot from a restart of the service: each host's last boot id
 is one row (models.HostBoot), read once when a process opens the database for writing (the
 service at start-up, a CLI command). When it differs, that process, in one transaction,
-closes every open Run (finished_at now, no exit code, marked LOST_AT_REBOOT) and records the
+closes every open Run (finished_at now, never before its start; no exit code; marked
+LOST_AT_REBOOT) and records the
 new boot; a compare-and-set on the row makes two processes starting at once do it once.
 Runs carry no host: on a database shared by several hosts a reboot of one closes the others'
 open Runs too.
@@ -61,9 +62,12 @@ def note_boot(db, current: str | None = None, now: int | None = None,
         if won:
             # A scan of the Run table, once per boot: no index holds the open Runs, and one
             # would be a page written by every callback.
-            closed = db.execute_sql(f'UPDATE "shadow_runs" SET "finished_at" = {q}, '
+            # Never before its start: a router's clock at boot may still be behind (it
+            # starts from a file's time until NTP steps it).
+            closed = db.execute_sql(f'UPDATE "shadow_runs" SET "finished_at" = CASE WHEN '
+                                    f'"accepted_at" > {q} THEN "accepted_at" ELSE {q} END, '
                                     f'"created_running" = {q} WHERE "finished_at" IS NULL',
-                                    (now, LOST_AT_REBOOT)).rowcount
+                                    (now, now, LOST_AT_REBOOT)).rowcount
     if closed:
         log.warning("%d Run(s) left running by the boot before were closed as lost at reboot",
                     closed)
