@@ -7,7 +7,8 @@ import time
 import pytest
 
 from qlshadow import db
-from qlshadow.models import HostBoot
+from qlshadow.models import (CRON_IDLE, CRON_RUNNING, INSTANCE_FINISHED, INSTANCE_STOPPED, Cron,
+                             HostBoot, RunningInstance)
 from qlshadow.shadow.reboot import boot_id, note_boot
 from conftest import SHADOW_ON, cli_env, run_cli, table_rows
 from reconcile_history import fire, new_cron
@@ -51,6 +52,12 @@ def test_a_new_boot_closes_the_runs_left_running_as_lost_at_reboot(client, auth,
     assert [e["kind"] for e in lost["events"]] == ["accepted", "spawned", "running", "exited"]
     assert lost["attempt"]["state"] == "exited" and lost["attempt"]["exited_at"] == running + 7200
     assert after[done] == before[done] and "outcome" not in after[done]
+    instances = {i["started_at"]: i for i in table_rows(RunningInstance)}
+    assert (instances[running]["status"], instances[running]["finished_at"],
+            instances[running]["exit_code"]) == (INSTANCE_STOPPED, running + 7200, None)
+    assert instances[done]["status"] == INSTANCE_FINISHED
+    (cron,) = table_rows(Cron)
+    assert cron["status"] == CRON_IDLE
     with db.connected():  # the same boot again: a restart closes nothing
         assert note_boot(db.database.obj, current="next-boot", now=running + 7300) == 0
     assert runs(client, auth) == after
@@ -60,6 +67,7 @@ def test_a_restart_in_the_same_boot_leaves_running_runs_open(client, auth, setti
     _, running = open_and_done
     run_cli(cli_env(settings), "db", "init")  # opens the database as `serve` does
     assert runs(client, auth)[running]["state"] == "running"
+    assert table_rows(Cron)[0]["status"] == CRON_RUNNING
 
 
 def test_a_start_after_a_real_reboot_closes_them(client, auth, settings, open_and_done):
@@ -100,3 +108,12 @@ def test_the_first_boot_seen_closes_nothing(client, auth, open_and_done):
     with db.connected():
         assert note_boot(db.database.obj, current="some-boot") == 0
     assert runs(client, auth)[running]["state"] == "running"
+
+
+def test_health_no_longer_calls_the_cron_running_after_a_reboot(client, auth, open_and_done):
+    from qlshadow.health import read_all
+    _, running = open_and_done
+    with db.connected():
+        assert read_all(running + 30)[0]["state"] == "running"
+        note_boot(db.database.obj, current="next-boot", now=running + 40)
+        assert read_all(running + 50)[0]["state"] == "ok"

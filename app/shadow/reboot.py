@@ -5,7 +5,7 @@ The kernel's boot id tells a reboot from a restart of the service: each host's l
 is one row (models.HostBoot), read once when a process opens the database for writing (the
 service at start-up, a CLI command). When it differs, that process, in one transaction,
 closes every open Run (finished_at now, never before its start; no exit code; marked
-LOST_AT_REBOOT) and records the
+LOST_AT_REBOOT) with the Legacy instances and crons still running, and records the
 new boot; a compare-and-set on the row makes two processes starting at once do it once.
 Runs carry no host: on a database shared by several hosts a reboot of one closes the others'
 open Runs too.
@@ -16,6 +16,7 @@ import logging
 import socket
 import time
 
+from ..models import CRON_IDLE, CRON_RUNNING, INSTANCE_RUNNING, INSTANCE_STOPPED
 from . import LOST_AT_REBOOT
 
 log = logging.getLogger("qlshadow")
@@ -68,6 +69,14 @@ def note_boot(db, current: str | None = None, now: int | None = None,
                                     f'"accepted_at" > {q} THEN "accepted_at" ELSE {q} END, '
                                     f'"created_running" = {q} WHERE "finished_at" IS NULL',
                                     (now, now, LOST_AT_REBOOT)).rowcount
+            # Their Legacy side as well, in 2.x's words: the instance stopped (status 2,
+            # no exit code), the cron idle, as QingLong makes its running crons at its own
+            # start. Else health would call each such cron running, then stuck.
+            db.execute_sql(f'UPDATE "running_instances" SET "status" = {INSTANCE_STOPPED}, '
+                           f'"finished_at" = CASE WHEN "started_at" > {q} THEN "started_at" '
+                           f'ELSE {q} END WHERE "status" = {INSTANCE_RUNNING}', (now, now))
+            db.execute_sql(f'UPDATE "crons" SET "status" = {CRON_IDLE} '
+                           f'WHERE "status" = {CRON_RUNNING}')
     if closed:
         log.warning("%d Run(s) left running by the boot before were closed as lost at reboot",
                     closed)
