@@ -15,7 +15,7 @@ import sys
 
 from peewee import DatabaseError, IntegrityError, InterfaceError
 
-from . import config, crons, crontab, db
+from . import __version__, config, crons, crontab, db
 from .auth import (RUNNER_APP, RUNNER_TOKEN_FILE, SYSTEM_APP, create_app_record,
                    ensure_system_app, runner_token, system_token)
 from .errors import QlError
@@ -66,7 +66,9 @@ def _print_json(data) -> None:
 def cmd_serve(args) -> int:
     # Flask and waitress load only for serve: the other commands (a task's token refresh
     # among them) start faster and smaller without them.
+    from .runtime import watch_clock
     from .serving import serve
+    watch_clock()  # clock steps, for the gate and health (runtime.py)
     return serve(_settings(args, server=True))
 
 
@@ -553,6 +555,11 @@ def cmd_status(args) -> int:
         healths = health.read_all(int(time.time()),
                                   shadow="scheduled_system" in settings.shadow_origins)
     rows = [health.public(h) for h in healths]
+    if crontab.install_state(settings) == "installed":
+        from .crond import NOT_RUNNING, crontab_words
+        if crontab_words("installed") == NOT_RUNNING:  # every firing would count as missed
+            print(f"qlshadow: crontab {NOT_RUNNING}: no firing of it will start",
+                  file=sys.stderr)
     if args.json:
         _print_json({"data": rows})
         return 0
@@ -658,10 +665,11 @@ def build_parser() -> argparse.ArgumentParser:
         prog="qlshadow", description="Legacy-compatible cron status service with Shadow Runs.",
         epilog="Exit status: 0 success; 1 the command failed or said no (one line on stderr); "
                f"2 a usage mistake; {EXIT_INTERNAL} an internal error (a defect: one line on "
-               "stderr, please report it). `reconcile` also exits 3 when the gate is "
-               "insufficient.")
+               "stderr, please report it); 75 the database would be created under a mount point "
+               "not mounted yet. `reconcile` also exits 3 when the gate is insufficient.")
     parser.add_argument("--config", metavar="PATH",
                         help="KEY=VALUE config file (default: $QL_CONFIG); the environment wins")
+    parser.add_argument("--version", action="version", version=f"qlshadow {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("serve", help="serve the HTTP API with waitress (one process)")
@@ -831,6 +839,7 @@ def main(argv=None) -> int:
         return 128 + signal.SIGINT  # Ctrl-C (ending `log -f`, say): no traceback
     except (config.ConfigError, CliError, QlError) as exc:
         print(f"qlshadow: {exc}", file=sys.stderr)
+        return getattr(exc, "exit_status", 1)  # 75: the data dir's disk is not mounted yet
     except (DatabaseError, InterfaceError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         print(f"qlshadow: database error: {first}", file=sys.stderr)

@@ -635,6 +635,9 @@ def _put(settings, content: str, active: int) -> str:
     if wanted != current:
         _install_bytes(settings, wanted)
     write(settings, content)
+    if active:  # on OpenWrt crond may not run at all (app/crond.py)
+        from .crond import ensure_running
+        ensure_running()
     lines = f"{active} active line{'' if active == 1 else 's'}"
     where = f"with `{settings.crontab_install}` (block file {path})"
     if wanted == current:

@@ -97,12 +97,13 @@ def _when(t: int) -> str:
 
 
 def evaluate(cron: dict, executions: list, firings: Firings, now: int,
-             last_success: int | None = None) -> dict:
+             last_success: int | None = None, steps: list = ()) -> dict:
     """The health of one cron: {cron_id, name, schedule, state, since, ...} (a pure function).
 
     executions: its recent Executions (any order); firings: its schedule near now
     (NO_FIRINGS when crond never starts it); last_success: when it last succeeded, for a
-    cron whose recent executions hold no success.
+    cron whose recent executions hold no success; steps: the clock steps near now
+    (reconcile.clock_steps), whose firings are never missed or late.
     """
     execs = sorted(executions, key=lambda e: e.start, reverse=True)
     grace = cron.get("grace")
@@ -135,7 +136,7 @@ def evaluate(cron: dict, executions: list, firings: Firings, now: int,
 
     # Firings the current definition describes: after its creation and its last change.
     judged_from = max(cron["created_at"], cron["updated_at"])
-    due = [f for f in firings.due if f > judged_from]
+    due = [f for f in firings.due if f > judged_from and not _stepped(f, steps)]
 
     by_start = sorted(execs, key=lambda e: e.start)
     starts = [e.start for e in by_start]
@@ -189,6 +190,12 @@ def evaluate(cron: dict, executions: list, firings: Firings, now: int,
                  f"Its last execution, started {_when(last.start)}, exited {code}.")
 
 
+def _stepped(firing: int, steps: list) -> bool:
+    """True when the firing lies in a clock step's window: crond skipped it, started it
+    late or twice (reconcile.in_clock_step)."""
+    return any(lo <= firing < hi for lo, hi, *_ in steps)
+
+
 def firing_started(firing: int, starts: list, by_start: list, grace: int) -> bool:
     """Whether a record stands for the firing: one starting from it until its grace ran
     out; a known manual run only in the firing's own minute (as in the gate)."""
@@ -201,12 +208,15 @@ def firing_started(firing: int, starts: list, by_start: list, grace: int) -> boo
     return False
 
 
-def missed_firings(cron: dict, executions: list, expected: list, grace: int, now: int) -> int:
-    """How many of the firings in `expected` have no record and are past their grace."""
+def missed_firings(cron: dict, executions: list, expected: list, grace: int, now: int,
+                   steps: list = ()) -> int:
+    """How many of the firings in `expected` have no record and are past their grace (none
+    in a clock step)."""
     by_start = sorted(executions, key=lambda e: e.start)
     starts = [e.start for e in by_start]
     return sum(1 for f in expected
-               if now >= f + _MINUTE + grace and not firing_started(f, starts, by_start, grace))
+               if now >= f + _MINUTE + grace and not _stepped(f, steps)
+               and not firing_started(f, starts, by_start, grace))
 
 
 def order(healths: list) -> list:
@@ -409,7 +419,7 @@ def read_all(now: int | None = None, shadow: bool = True, cron_id: int | None = 
     count_missed adds "missed_recent" to each: the missed firings since the oldest of its
     recent executions (or since it was created or last changed), at most a month back.
     """
-    from .reconcile import is_active
+    from .reconcile import clock_steps, is_active
     now = int(time.time()) if now is None else now
     with database.atomic():  # one snapshot; a read takes no write lock
         query = Cron.select().order_by(Cron.id).limit(MAX_CRONS)
@@ -421,23 +431,24 @@ def read_all(now: int | None = None, shadow: bool = True, cron_id: int | None = 
         lacking = [i for i in ids if recent[i]
                    and not any(not e.open and e.exit_code == 0 for e in recent[i])]
         older = _older_successes(lacking)
+        steps = clock_steps(now - _WINDOWS[2], now + 1)  # a few rows, read whole
     schedules = Schedules(now)
     healths = []
     for cron in crons:
         active = is_active(cron)
         firings = schedules.around(cron["schedule"]) if active else NO_FIRINGS
-        found = evaluate(cron, recent[cron["id"]], firings, now, older.get(cron["id"]))
+        found = evaluate(cron, recent[cron["id"]], firings, now, older.get(cron["id"]), steps)
         if count_missed:
             found["missed_recent"] = _missed_recent(cron, recent[cron["id"]], found["grace"],
-                                                    schedules, now) if active else 0
+                                                    schedules, now, steps) if active else 0
         healths.append(found)
     return order(healths)
 
 
 def _missed_recent(cron: dict, executions: list, grace: int, schedules: Schedules,
-                   now: int) -> int:
+                   now: int, steps: list = ()) -> int:
     judged_from = max(cron["created_at"], cron["updated_at"]) + 1
     lo = min((e.start for e in executions), default=judged_from)
     lo = max(lo, judged_from, now - 31 * _DAY)
     expected = schedules.between(cron["schedule"], lo, now - _MINUTE - grace + 1)
-    return missed_firings(cron, executions, expected, grace, now)
+    return missed_firings(cron, executions, expected, grace, now, steps)

@@ -171,7 +171,9 @@ class ShadowRun(BaseModel):
     # Server time of the first callback (its events' time) as seconds after accepted_at:
     # a byte or none on SQLite where the full time takes six.
     created_after = BigIntegerField()  # any pair of times the API takes: 64 bits
-    created_running = SmallIntegerField()  # 1 when the first callback was "running"
+    # 1 when the first callback was "running"; 2 as well, and the Run was then closed as
+    # lost at a reboot (shadow.LOST_AT_REBOOT; it has finished_at and no exit code).
+    created_running = SmallIntegerField()
 
     class Meta:
         table_name = "shadow_runs"
@@ -244,5 +246,31 @@ AlertDelivery.add_index(AlertDelivery.index(AlertDelivery.next_at,
                                             where=(AlertDelivery.outcome == "pending"),
                                             name="alert_deliveries_pending"))
 
+class HostBoot(BaseModel):
+    """The boot (the kernel's boot id) in which a host last opened the database for writing:
+    the first opening in a new boot closes the Runs the boot before left open
+    (shadow/reboot.py). One row per host, read once per start."""
+    host = TextField(primary_key=True)
+    boot_id = TextField()
+    seen_at = BigIntegerField()
+
+    class Meta:
+        table_name = "host_boots"
+
+
+class ClockStep(BaseModel):
+    """A step of the wall clock that the service saw (runtime.ClockWatch): crond skipped
+    (forward) or repeated (backward) the wall times in [lo, hi). Kept few (STEPS_KEPT
+    rows), so the gate and health read them whole, without an index."""
+    id = AutoField()
+    at = BigIntegerField()  # when the service saw it, by the clock after the step
+    step = BigIntegerField()  # seconds the clock jumped: positive forward
+    lo = BigIntegerField()
+    hi = BigIntegerField()
+
+    class Meta:
+        table_name = "clock_steps"
+
+
 ALL_MODELS = (Cron, RunningInstance, App, Token, ShadowRun, ShadowFailure, AlertEvent,
-              AlertDelivery)
+              AlertDelivery, HostBoot, ClockStep)

@@ -76,10 +76,11 @@ def reconcile(since: int, until: int, cron_id: int | None = None, stuck_after: i
         failures = _failures(since, until)
         stats = _stats(ids, since, until, now - stuck_after)
         unmatched, instance_starts = _unmatched(ids, since, until)
+        steps = clock_steps(since, until)
         reports = [_guarded_report(cron, since, until, now, stuck_after, tolerance, clock,
                                    failures.get(cron["id"], {}), stats.get(cron["id"]),
                                    unmatched.get(cron["id"], 0),
-                                   instance_starts.get(cron["id"], ()))
+                                   instance_starts.get(cron["id"], ()), steps)
                    for cron in crons]
     gate = _gate(reports, failures, cron_id)
     return {"window": {"since": since, "until": until}, "gate": gate, "crons": reports}
@@ -265,6 +266,20 @@ _FAILURES = ('SELECT "cron_id", "reason", COUNT(*) FROM "shadow_failures" '
              'WHERE "at" >= ? AND "at" < ? GROUP BY "cron_id", "reason"')
 
 
+# clock_steps is capped (runtime.STEPS_KEPT rows): a scan is bounded.
+_STEPS = 'SELECT "lo", "hi", "step", "at" FROM "clock_steps" WHERE "hi" > ? AND "lo" < ?'
+
+
+def clock_steps(since: int, until: int) -> list:
+    """[(lo, hi, step, at)] of the recorded clock steps whose window meets [since, until)."""
+    return sorted(tuple(row) for row in database.obj.execute_sql(_sql(_STEPS), (since, until)))
+
+
+def in_clock_step(at: int, steps: list):
+    """The clock step whose window holds the instant, or None."""
+    return next((step for step in steps if step[0] <= at < step[1]), None)
+
+
 def _in(column: str, ids: list) -> str:
     return f'{column} IN ({", ".join(str(int(i)) for i in ids)})' if ids else "1 = 0"
 
@@ -354,14 +369,14 @@ def _unevaluated(cron: dict, reason: str) -> dict:
         "active": active, "definition_changed": False, "evaluated_from": None,
         "expected": 0, "runs": 0, "exited": 0, "running": 0, "failed": 0, "finish_only": 0,
         "stuck": 0, "missed": [], "missed_omitted": 0, "double": [], "double_omitted": 0,
-        "off_schedule": 0, "unmatched_instances": 0, "drift": 0, "invalid": 0,
-        "verdict": "insufficient", "reasons": [reason],
+        "clock_step": 0, "off_schedule": 0, "unmatched_instances": 0, "drift": 0,
+        "invalid": 0, "verdict": "insufficient", "reasons": [reason],
     }
 
 
 def _cron_report(cron: dict, since: int, until: int, now: int, stuck_after: int,
                  tolerance: float, clock: LocalClock, failed: dict, stats, unmatched: int,
-                 instance_starts) -> dict:
+                 instance_starts, steps: list = ()) -> dict:
     from .shadow.writer import cron_revision
     execute = database.obj.execute_sql
     cid = cron["id"]
@@ -376,7 +391,7 @@ def _cron_report(cron: dict, since: int, until: int, now: int, stuck_after: int,
         "expected": 0, "runs": runs, "exited": exited, "running": runs - exited,
         "failed": failed_runs, "finish_only": finish_only, "stuck": stuck,
         "missed": [], "missed_omitted": 0, "double": [], "double_omitted": 0,
-        "off_schedule": 0,
+        "clock_step": 0, "off_schedule": 0,
         "unmatched_instances": unmatched,
         "drift": failed.get("replay_drift", 0),
         "invalid": failed.get("invalid_execution_id", 0),
@@ -407,7 +422,7 @@ def _cron_report(cron: dict, since: int, until: int, now: int, stuck_after: int,
         report["evaluated_from"] = lo
     report["expected"] = len(expected_at)
 
-    missed, double = [], []
+    missed, double, stepped = [], [], []
     instance_minutes = None
     matched = 0
     for at in expected_at:
@@ -415,12 +430,16 @@ def _cron_report(cron: dict, since: int, until: int, now: int, stuck_after: int,
         if n:
             matched += n
             if n > 1:
-                double.append(at)
+                # A clock set back makes crond run its minutes again: not two daemons.
+                (stepped if in_clock_step(at, steps) else double).append(at)
             continue
         if instance_minutes is None:  # needed only when some firing has no Run
             instance_minutes = {s // 60 for s in instance_starts if s >= lo}
         if at // 60 not in instance_minutes:
-            missed.append(at)
+            # A clock set forward makes crond skip the minutes it jumps over (over an hour)
+            # or start them all at once, late: neither is a firing crond missed.
+            (stepped if in_clock_step(at, steps) else missed).append(at)
+    report["clock_step"] = len(stepped)
     if expected_at:  # Runs in judged minutes that are not firing minutes
         judged = sum(n for m, n in per_minute.items() if m * 60 + 59 >= lo and m * 60 < hi)
         report["off_schedule"] = judged - matched
@@ -462,6 +481,12 @@ def _cron_report(cron: dict, since: int, until: int, now: int, stuck_after: int,
         report["verdict"] = "insufficient"
         reasons.append(f"{len(expected_at)} firing(s) but no Shadow Run: needs Shadow on "
                        "(QL3_SHADOW_ORIGINS=scheduled_system) and at least one Run to compare")
+    if stepped:  # explained, never a defect: the host's clock jumped
+        step = in_clock_step(stepped[0], steps)
+        report["reasons"].append(
+            f"{len(stepped)} firing(s) fell in a step of the clock (first at {_iso(stepped[0])}: "
+            f"it jumped {step[2]:+d} s, seen at {_iso(step[3])}): crond skips, starts late or "
+            "repeats the minutes a step jumps over, so they are judged `clock step`, not missed")
     if unmatched:  # explained, never a defect: these executions were not crond's
         report["reasons"].append(f"{unmatched} Legacy instance(s) have no Run: manual runs (PUT "
                        "/open/crons/run, `qlshadow cron run`) or runs without the "

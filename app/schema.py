@@ -16,6 +16,8 @@ step checks before it adds (the helpers below skip what is already there).
 from __future__ import annotations
 
 import logging
+import os
+import re
 from collections.abc import Callable
 from contextlib import contextmanager
 
@@ -23,8 +25,8 @@ from peewee import (BigIntegerField, CompositeKey, Database, DatabaseError, Inte
                     SqliteDatabase, TextField)
 
 from .errors import Unavailable
-from .models import (ALL_MODELS, AlertDelivery, AlertEvent, App, BaseModel, Cron,
-                     RunningInstance, ShadowFailure, ShadowRun, Token, database)
+from .models import (ALL_MODELS, AlertDelivery, AlertEvent, App, BaseModel, ClockStep, Cron,
+                     HostBoot, RunningInstance, ShadowFailure, ShadowRun, Token, database)
 
 log = logging.getLogger("qlshadow")
 
@@ -38,6 +40,61 @@ UPGRADE_WAIT_MS = 120_000  # another process's upgrade (a re-key copies the Run 
 
 class SchemaError(Unavailable):
     """The database's schema is not one this code can use or bring up to date."""
+
+
+class NotMounted(Unavailable):
+    """The database would be created under a mount point that is not mounted yet."""
+    exit_status = 75  # EX_TEMPFAIL: the service starts again when the mount appears
+
+
+# Mount points the host is configured to mount: OpenWrt's block-mount, then any fstab.
+FSTABS = ("/etc/config/fstab", "/etc/fstab")
+
+
+def _unescape(path: str) -> str:
+    """An fstab path with its octal escapes (\\040 for a space) decoded."""
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), path)
+
+
+def mount_targets(fstab: str) -> list:
+    """The mount points a fstab (or OpenWrt's UCI /etc/config/fstab) lists, "/" left out."""
+    try:
+        with open(fstab, encoding="utf-8", errors="replace") as fh:
+            text = fh.read()
+    except OSError:
+        return []
+    targets = []
+    if "config " in text:  # UCI: `config mount` sections with `option target`
+        for section in re.split(r"^\s*config\s", text, flags=re.M)[1:]:
+            options = dict(re.findall(r"^\s*option\s+(\w+)\s+['\"]?([^'\"\n]*)['\"]?",
+                                      section, flags=re.M))
+            if section.split()[0] == "mount" and options.get("enabled", "1") != "0":
+                targets.append(options.get("target", ""))
+    else:
+        for line in text.splitlines():
+            fields = line.split()
+            if len(fields) >= 3 and not fields[0].startswith("#") and fields[2] != "swap":
+                targets.append(_unescape(fields[1]))
+    return [os.path.normpath(t) for t in targets if t.startswith("/") and os.path.normpath(t) != "/"]
+
+
+def check_mounted(path: str, fstabs: tuple | None = None) -> None:
+    """Refuse to create a database file under a configured mount point not mounted yet.
+
+    Started before its disk (a USB stick) is mounted, the service would create an empty
+    database on the filesystem beneath the mount point and keep writing there, hidden once
+    the disk is mounted. An existing database is never refused: it was made on purpose.
+    """
+    if os.path.exists(path):
+        return
+    where = os.path.realpath(os.path.dirname(os.path.abspath(path)))
+    for fstab in FSTABS if fstabs is None else fstabs:
+        for target in mount_targets(fstab):
+            if (where == target or where.startswith(target + os.sep)) \
+                    and not os.path.ismount(target):
+                raise NotMounted(f"{target} is a mount point in {fstab} that is not mounted: "
+                                 f"not creating the database {path} beneath it; start again "
+                                 "once it is mounted")
 
 
 # --- helpers for steps: each skips what is already there ------------------------------------
@@ -259,6 +316,12 @@ def _step_alerts(db: Database) -> None:
     add_indexes(AlertDelivery)
 
 
+def _step_host_clock(db: Database) -> None:
+    """Version 5: each host's boot (Runs open at a reboot are closed) and the clock steps."""
+    add_table(db, HostBoot)
+    add_table(db, ClockStep)
+
+
 # (what the step does, in words that follow "cannot" in an error; the step). Step n brings
 # version n - 1 to version n and returns a line to log once it is committed, or None.
 # Append only: never reorder or edit a step that has shipped. Step 1 builds tables from
@@ -269,6 +332,7 @@ STEPS = (
     ("slim shadow_runs", _step_slim_runs),
     ("add the crons' grace column", _step_cron_grace),
     ("add the alert tables", _step_alerts),
+    ("add the host boot and clock step tables", _step_host_clock),
 )
 LATEST = len(STEPS)
 
@@ -291,6 +355,8 @@ def upgrade_schema(cause: Callable[[BaseException], str] = _first_line) -> str:
     sqlite = isinstance(db, SqliteDatabase)
     ShadowRun._meta.without_rowid = sqlite
     mode = ""
+    if sqlite:
+        check_mounted(db.database)  # connecting creates the file
     with db.connection_context():
         if sqlite:
             # A page size holds only from the file's first write; an existing database
@@ -300,6 +366,7 @@ def upgrade_schema(cause: Callable[[BaseException], str] = _first_line) -> str:
             mode = db.execute_sql("PRAGMA journal_mode=wal").fetchone()[0].lower()
         if _current(db) == LATEST and not _missing_tables(db):  # the usual start: no lock
             move_old_runs(db)
+            _note_boot(db)
             return mode
         if sqlite:
             waited = db.execute_sql("PRAGMA busy_timeout").fetchone()[0]
@@ -310,7 +377,18 @@ def upgrade_schema(cause: Callable[[BaseException], str] = _first_line) -> str:
         finally:
             if sqlite:
                 db.execute_sql(f"PRAGMA busy_timeout = {waited}")
+        _note_boot(db)
     return mode
+
+
+def _note_boot(db: Database) -> None:
+    """Close the Runs a reboot left open (shadow/reboot.py); a failure only delays it."""
+    from .shadow.reboot import note_boot
+    try:
+        note_boot(db)
+    except DatabaseError as exc:
+        log.warning("cannot record this boot, so Runs left open by a reboot stay open until "
+                    "the next start: %s", _first_line(exc))
 
 
 def check_version() -> None:

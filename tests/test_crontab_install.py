@@ -91,7 +91,7 @@ def test_a_failed_install_makes_health_not_ok_until_an_install_succeeds(
     assert client.post("/open/crons", json={"name": "b", "command": "true", "schedule": "* * * * *"},
                        headers=auth).status_code == 200
     health = client.get("/health")
-    assert health.status_code == 200 and health.get_json()["data"]["crontab"] == "installed"
+    assert health.status_code == 200 and health.get_json()["data"]["crontab"].startswith("installed")
 
 
 def test_qlshadow_crontab_says_why_the_crontab_is_not_installed(settings, make_cron):

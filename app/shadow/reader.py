@@ -6,7 +6,7 @@ import re
 from peewee import Tuple
 
 from ..models import ShadowFailure, ShadowRun
-from . import ORIGINS, TRIGGERS, run_state
+from . import LOST_AT_REBOOT, LOST_AT_REBOOT_WORDS, ORIGINS, TRIGGERS, run_state
 from .ids import (MAX_SECONDS, PROJECT_ID, attempt_id, request_id_of, seconds_of_run_id,
                   uuid_bytes, uuid_text)
 
@@ -49,9 +49,9 @@ def logical_row(stored: dict) -> dict:
     }
 
 
-def to_json(row: dict) -> dict:
+def to_json(stored: dict) -> dict:
     """The logical Run, Attempt and Events of one stored row."""
-    row = logical_row(row)
+    row = logical_row(stored)
     events = []
     for seq, item in enumerate(row["events"].split(), 1):
         kind, _, at = item.partition("@")
@@ -72,7 +72,7 @@ def to_json(row: dict) -> dict:
                     "started_at": row["started_at"], "exited_at": row["finished_at"],
                     "exit_code": row["exit_code"]},
         "events": events,
-    }
+    } | ({"outcome": LOST_AT_REBOOT_WORDS} if stored["created_running"] == LOST_AT_REBOOT else {})
 
 
 def list_runs(cron_id: int | None, state: str | None, limit: int, before: str | None, *,

@@ -1,8 +1,8 @@
 """GET /health: no token; whether the database answers and writes succeed, and storage figures.
 
 503 when the database cannot answer, the last write failed, or the last crontab install
-failed (the cause is named). Cheap
-enough to poll: one SELECT 1, a few stat calls, no table read.
+failed (the cause is named). Cheap enough to poll: one SELECT 1, a few stat calls, no table
+read, and with a crontab installed a scan of /proc for crond (app/crond.py).
 """
 from __future__ import annotations
 
@@ -27,6 +27,9 @@ def health():
                            "failures": write["failures"]},
             "storage": db.storage_figures(settings.data_dir),
             "crontab": install_state(settings)}
+    if data["crontab"] == "installed":
+        from ..crond import crontab_words  # a /proc scan, only with a crontab installed
+        data["crontab"] = crontab_words(data["crontab"])
     crontab = data["crontab"]
     try:
         db.ensure_connection()
