@@ -7,8 +7,9 @@ service at start-up, a CLI command). When it differs, that process, in one trans
 closes every open Run (finished_at now, never before its start; no exit code; marked
 LOST_AT_REBOOT) with the Legacy instances and crons still running, and records the
 new boot; a compare-and-set on the row makes two processes starting at once do it once.
-Runs carry no host: on a database shared by several hosts a reboot of one closes the others'
-open Runs too.
+Runs carry no host, so only a SQLite database, which one host has by construction, closes
+them: on PostgreSQL, which several hosts may share, a reboot of one must not end the others'
+Runs, and the boot is only recorded.
 """
 from __future__ import annotations
 
@@ -50,6 +51,7 @@ def note_boot(db, current: str | None = None, now: int | None = None,
         return 0
     now = int(time.time()) if now is None else now
     from peewee import SqliteDatabase
+    one_host = isinstance(db, SqliteDatabase)
     closed = 0
     # At start-up, before any request thread: a plain write transaction (BEGIN IMMEDIATE).
     with db.atomic("IMMEDIATE") if isinstance(db, SqliteDatabase) else db.atomic():
@@ -60,7 +62,7 @@ def note_boot(db, current: str | None = None, now: int | None = None,
         won = db.execute_sql(f'UPDATE "host_boots" SET "boot_id" = {q}, "seen_at" = {q} '
                              f'WHERE "host" = {q} AND "boot_id" = {q}',
                              (current, now, host, row[0])).rowcount
-        if won:
+        if won and one_host:
             # A scan of the Run table, once per boot: no index holds the open Runs, and one
             # would be a page written by every callback.
             # Never before its start: a router's clock at boot may still be behind (it
