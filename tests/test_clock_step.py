@@ -166,7 +166,8 @@ FAKETIME = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"  # Debian's fak
 
 
 @pytest.mark.slow  # the service looks at the clocks once a minute
-@pytest.mark.skipif(not os.path.exists(FAKETIME) and os.environ.get("CI") != "true", reason="needs libfaketime: apt-get install faketime")
+@pytest.mark.skipif(not os.path.exists(FAKETIME) and os.environ.get("CI") != "true",
+                    reason="needs libfaketime: apt-get install faketime")
 def test_a_running_service_records_a_step_of_its_real_clock(live_server, make_settings, tmp_path):
     # libfaketime shifts the server's wall clock by what the file says, read at every call;
     # its boot clock stays the kernel's, as NTP's step leaves it.
