@@ -659,12 +659,14 @@ INSTALL_ATTEMPTS = 5
 
 
 def _other_text(settings, seen: bytes, wanted: bytes, before: bytes) -> bytes:
-    """The other program's text when seen is wanted and that text appended together (it
-    holds our block too, or is what we read before installing), else seen."""
+    """The other program's text when seen is wanted and that text one after the other,
+    else seen. The other text is a whole crontab when it holds our block too or begins
+    with the crontab we read before installing; lines merely added after ours are not."""
     if seen != wanted and wanted:
         for other in (seen[len(wanted):] if seen.startswith(wanted) else b"",
                       seen[:-len(wanted)] if seen.endswith(wanted) else b""):
-            if other and (other == before or _our_marks(settings, other.splitlines(True))):
+            if other and ((before and other.startswith(before))
+                          or _our_marks(settings, other.splitlines(True))):
                 return other
     return seen
 

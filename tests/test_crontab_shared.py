@@ -142,6 +142,20 @@ def test_a_block_an_earlier_install_marked_with_the_links_name_is_replaced_in_pl
     assert busybox_target.get() == USER_CRONTAB + real.block() + after
 
 
+def test_blocks_of_both_spellings_left_by_an_earlier_release_become_one(
+        busybox_target, linked, tmp_path):  # noqa: F811
+    real, link = linked
+    real_path = os.path.realpath(real.path)
+    both = b""
+    for name in (real_path, link.path):
+        both += f"# BEGIN qlshadow {name}\n* * * * * echo {name}\n# END qlshadow {name}\n".encode()
+    between = b"# a line of the user's between them\n"
+    first, second = both.split(b"\n# BEGIN")[0] + b"\n", b"# BEGIN" + both.split(b"\n# BEGIN")[1]
+    busybox_target.put(USER_CRONTAB + first + between + second, tmp_path)
+    link.cli("cron", "add", "*/5 * * * *", "echo first")
+    assert busybox_target.get() == USER_CRONTAB + real.block() + between
+
+
 def test_crontab_remove_through_a_symlink_takes_out_the_one_block_and_only_its_files(
         busybox_target, linked):  # noqa: F811
     real, link = linked
@@ -156,3 +170,74 @@ def test_crontab_remove_through_a_symlink_takes_out_the_one_block_and_only_its_f
     # The data dir still works: the next change installs the block again, once.
     real.cli("cron", "add", "*/5 * * * *", "echo again")
     assert busybox_target.get() == USER_CRONTAB + real.block()
+
+
+# --- another program's crontab run at the same moment ----------------------------------------
+
+RACE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "crontab_race.py")
+
+
+@pytest.mark.parametrize("order", ["ours-renames", "other-renames"])
+@pytest.mark.parametrize("block_before", [True, False], ids=["block-there", "first-install"])
+def test_an_install_that_meets_another_crontab_run_gets_its_block_into_that_programs_text(
+        busybox_target, database_url, lock_files, tmp_path, order, block_before):  # noqa: F811
+    import shlex
+    import sys
+    from crontab_race import ADDED
+    from shellenv import busybox_static
+    busybox_target.put(USER_CRONTAB, tmp_path)
+    data = DataDir(str(tmp_path / "d1"), database_url("d1"), busybox_target, lock_files)
+    if block_before:
+        data.cli("cron", "add", "*/5 * * * *", "echo first")
+    note = tmp_path / "raced"
+    spool = str(tmp_path / "spool")
+    data.env["QL_CRONTAB_INSTALL"] = shlex.join(
+        [sys.executable, RACE, order, busybox_static(), spool, str(note)]) + " {file}"
+    lock_files(crontab.lock_path(data.settings()))
+    said = data.cli("cron", "add", "*/10 * * * *", "echo second", check=False)
+    assert said.returncode == 0, said.stderr
+    ours, other = ("0", "1") if order == "ours-renames" else ("1", "0")
+    assert note.read_text() == f"ours={ours} other={other}\n"  # the two runs did meet
+    # The other program's line and ours, each once; the user's lines once.
+    if block_before:
+        assert busybox_target.get() == USER_CRONTAB + data.block() + ADDED
+    else:
+        assert busybox_target.get() == USER_CRONTAB + ADDED + data.block()
+    assert data.block().count(f" {MARKER} ".encode()) == 1 + block_before
+    assert not os.path.exists(crontab.state_file(data.settings()))
+
+
+def test_an_install_another_program_undoes_every_time_fails_after_five_tries_and_changes_nothing(
+        busybox_target, database_url, lock_files, tmp_path):  # noqa: F811
+    import shlex
+    from shellenv import busybox_static
+    data = DataDir(str(tmp_path / "d1"), database_url("d1"), busybox_target, lock_files)
+    data.cli("cron", "add", "*/5 * * * *", "echo first")
+    kept = data.block()
+    crontab_ = f"{busybox_static()} crontab -c {shlex.quote(str(tmp_path / 'spool'))}"
+    tries = tmp_path / "tries"
+    # Each install is followed at once by another program's, which drops our block.
+    data.env["QL_CRONTAB_INSTALL"] = shlex.join(["sh", "-c", (
+        f'{crontab_} "$0" && echo >> {tries} && grep -v qlshadow "$0" | {crontab_} -')]) + " {file}"
+    lock_files(crontab.lock_path(data.settings()))
+    said = data.cli("cron", "add", "*/10 * * * *", "echo second", check=False)
+    assert said.returncode == 1
+    assert "another program changed the crontab during each of 5 installs" in said.stderr
+    assert tries.read_text() == "\n" * 5
+    assert data.block() == kept  # the database has no second cron
+    assert os.path.exists(crontab.state_file(data.settings()))
+
+
+@pytest.mark.parametrize("backend", ["sqlite"])
+def test_the_crontab_lock_is_named_by_the_crontab_whatever_the_data_dir(make_settings, tmp_path):
+    def lock(**env):
+        return crontab.lock_path(make_settings(QL_SCHEDULER="system", **env))
+
+    plain = lock(QL_CRONTAB_INSTALL="crontab -c /etc/crontabs {file}")
+    assert os.path.dirname(plain) == ("/var/lock" if os.path.isdir("/var/lock") else "/tmp")
+    assert lock(QL_CRONTAB_INSTALL="/bin/busybox crontab -c /etc/crontabs {file}",
+                QL_DATA_DIR=str(tmp_path / "other")) == plain
+    assert lock(QL_CRONTAB_INSTALL="sh -c 'crontab -c /etc/crontabs - < \"$0\"' {file}",
+                QL_CRONTAB_LIST="/usr/bin/crontab -c /etc/crontabs -l") == plain
+    assert lock(QL_CRONTAB_INSTALL="crontab -c /var/spool/cron {file}") != plain
+    assert lock(QL_CRONTAB_INSTALL="crontab -u bob {file}") != lock()
