@@ -15,11 +15,12 @@ escapes for every byte outside a safe set, which task.sh decodes. A cron whose l
 still be too long is refused when it is created or changed (check_cron).
 
 The crontab is the user's: our lines sit in one block between `# BEGIN qlshadow <data dir>`
-and `# END qlshadow <data dir>`, and every other line is kept byte for byte. Installing
-reads the crontab (QL_CRONTAB_LIST), replaces our block, and installs the whole text
-(QL_CRONTAB_INSTALL); with no active line the block is taken out. QL_CRONTAB_FILE holds
-the block's content as last installed. A cron change is kept only when that install
-succeeds (change()).
+and `# END qlshadow <data dir>` (its real path), and every other line is kept byte for
+byte. Installing reads the crontab (QL_CRONTAB_LIST), replaces our block, installs the
+whole text (QL_CRONTAB_INSTALL) and reads it back; with no active line the block is taken
+out. Every data dir installing into one crontab does so under one lock (lock_path).
+QL_CRONTAB_FILE holds the block's content as last installed. A cron change is kept only
+when that install succeeds (change()).
 
 Secrets stay off the line: what task.sh needs besides the cron's own fields (service URL,
 the qlshadow command, the timeout) is in $QL_DATA_DIR/runner.env, and what the qlshadow
@@ -510,8 +511,8 @@ def _our_marks(settings, lines: list) -> list:
             continue
         name = match.group(2)
         if name not in ours:
-            path = _OCTAL.sub(lambda m: bytes([int(m.group(1), 8)]), name)
-            ours[name] = name == exact or os.path.realpath(os.fsdecode(path)) == mine
+            path = os.fsdecode(_OCTAL.sub(lambda m: bytes([int(m.group(1), 8)]), name))
+            ours[name] = name == exact or ("\0" not in path and os.path.realpath(path) == mine)
         if ours[name]:
             found.append((i, match.group(1) == b"BEGIN"))
     return found
@@ -690,7 +691,12 @@ def _install(settings, content: str | None) -> bool:
             if failure is not None:
                 raise failure
             return True
-        seen = read_crontab(settings)
+        try:
+            seen = read_crontab(settings)
+        except CrontabError:
+            if failure is not None:
+                raise failure from None
+            return True  # installed, not verifiable now: the next change reads it again
         if failure is not None and seen == actual:
             raise failure  # the crontab is as it was: our install failed by itself
         base = _other_text(settings, seen, wanted, actual)

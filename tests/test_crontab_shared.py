@@ -228,6 +228,21 @@ def test_an_install_another_program_undoes_every_time_fails_after_five_tries_and
     assert os.path.exists(crontab.state_file(data.settings()))
 
 
+def test_an_install_whose_read_back_fails_is_taken_as_installed(
+        busybox_target, database_url, lock_files, tmp_path):  # noqa: F811
+    import shlex
+    data = DataDir(str(tmp_path / "d1"), database_url("d1"), busybox_target, lock_files)
+    once = tmp_path / "listed-once"
+    # The crontab reads once (before installing), then no more.
+    data.env["QL_CRONTAB_LIST"] = shlex.join(["sh", "-c", (
+        f"test ! -e {once} && touch {once} && exec {busybox_target.list}")])
+    lock_files(crontab.lock_path(data.settings()))
+    said = data.cli("cron", "add", "*/5 * * * *", "echo first", check=False)
+    assert said.returncode == 0, said.stderr
+    data.env["QL_CRONTAB_LIST"] = busybox_target.list
+    assert busybox_target.get() == data.block()
+
+
 @pytest.mark.parametrize("backend", ["sqlite"])
 def test_the_crontab_lock_is_named_by_the_crontab_whatever_the_data_dir(make_settings, tmp_path):
     def lock(**env):
