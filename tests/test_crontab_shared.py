@@ -145,13 +145,13 @@ def test_a_block_an_earlier_install_marked_with_the_links_name_is_replaced_in_pl
 def test_blocks_of_both_spellings_left_by_an_earlier_release_become_one(
         busybox_target, linked, tmp_path):  # noqa: F811
     real, link = linked
-    real_path = os.path.realpath(real.path)
-    both = b""
-    for name in (real_path, link.path):
-        both += f"# BEGIN qlshadow {name}\n* * * * * echo {name}\n# END qlshadow {name}\n".encode()
+
+    def block(name: str) -> bytes:
+        return f"# BEGIN qlshadow {name}\n* * * * * echo {name}\n# END qlshadow {name}\n".encode()
+
     between = b"# a line of the user's between them\n"
-    first, second = both.split(b"\n# BEGIN")[0] + b"\n", b"# BEGIN" + both.split(b"\n# BEGIN")[1]
-    busybox_target.put(USER_CRONTAB + first + between + second, tmp_path)
+    busybox_target.put(USER_CRONTAB + block(os.path.realpath(real.path)) + between
+                       + block(link.path), tmp_path)
     link.cli("cron", "add", "*/5 * * * *", "echo first")
     assert busybox_target.get() == USER_CRONTAB + real.block() + between
 
