@@ -82,12 +82,10 @@ def target(request, tmp_path, busybox_target):
         return
     from test_cron_daemons import Daemon
     daemon = Daemon("debian", tmp_path)
-    target = Target(daemon.list, daemon.install)
     try:
-        yield target
+        yield Target(daemon.list, daemon.install)
     finally:
-        daemon.stop()
-        forget_lock(target)
+        daemon.stop()  # and its crontab's lock file
 
 
 def use(app, make_settings, target: Target, **env):
@@ -451,10 +449,6 @@ def test_a_file_name_too_long_for_debians_crontab_is_refused_with_the_way_out(
     assert by_name.get() == b""
     # The template the message gives installs the same file through stdin.
     through_stdin = Target(by_name.list, debian_daemon.install)
-    try:
-        settings = use(app, make_settings, through_stdin,
-                       QL_CRONTAB_FILE=str(long_dir / "crontab.list"))
-        post(client, auth)
-        assert through_stdin.get() == block(settings)
-    finally:
-        forget_lock(by_name)
+    settings = use(app, make_settings, through_stdin, QL_CRONTAB_FILE=str(long_dir / "crontab.list"))
+    post(client, auth)
+    assert through_stdin.get() == block(settings)
