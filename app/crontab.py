@@ -15,11 +15,12 @@ escapes for every byte outside a safe set, which task.sh decodes. A cron whose l
 still be too long is refused when it is created or changed (check_cron).
 
 The crontab is the user's: our lines sit in one block between `# BEGIN qlshadow <data dir>`
-and `# END qlshadow <data dir>`, and every other line is kept byte for byte. Installing
-reads the crontab (QL_CRONTAB_LIST), replaces our block, and installs the whole text
-(QL_CRONTAB_INSTALL); with no active line the block is taken out. QL_CRONTAB_FILE holds
-the block's content as last installed. A cron change is kept only when that install
-succeeds (change()).
+and `# END qlshadow <data dir>` (its real path), and every other line is kept byte for
+byte. Installing reads the crontab (QL_CRONTAB_LIST), replaces our block, installs the
+whole text (QL_CRONTAB_INSTALL) and reads it back; with no active line the block is taken
+out. Every data dir installing into one crontab does so under one lock (lock_path).
+QL_CRONTAB_FILE holds the block's content as last installed. A cron change is kept only
+when that install succeeds (change()).
 
 Secrets stay off the line: what task.sh needs besides the cron's own fields (service URL,
 the qlshadow command, the timeout) is in $QL_DATA_DIR/runner.env, and what the qlshadow
@@ -46,6 +47,12 @@ _LOG_NAME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxy
 
 class CrontabError(Exception):
     """The crontab could not be written or installed; the message is one sentence."""
+
+
+def real_data_dir(settings) -> str:
+    """The data dir as every crontab line and marker names it: its real path, so that two
+    spellings of one dir (a symlink, `..`) find and replace the same block."""
+    return os.path.realpath(settings.data_dir)
 
 
 def shell_dir() -> str:
@@ -104,7 +111,7 @@ _SAFE = frozenset(chr(c) for c in range(0x20, 0x7f)) - set("#%\\")
 def task_env(settings, cron: dict) -> list:
     """(name, value) pairs a run of this cron needs, marker excluded, in line order."""
     pairs = [("ID", str(cron["id"])),
-             ("QL_DATA_DIR", os.path.abspath(settings.data_dir)),
+             ("QL_DATA_DIR", real_data_dir(settings)),
              ("QL_LOG_NAME", log_name(cron))]
     # A blank value means "none": it would only make task.sh cd into the data dir or eval
     # nothing.
@@ -229,7 +236,7 @@ NOTIFY_UNAVAILABLE = ("# qlshadow notify: the path of the qlshadow command or of
 def notify_line(settings) -> str:
     """The block's own line: `qlshadow notify` every minute with the server's settings
     (alerts.py), so crond is the only clock. A comment in node mode, like every line."""
-    conf = os.path.join(os.path.abspath(settings.data_dir), NOTIFY_CONF)
+    conf = os.path.join(real_data_dir(settings), NOTIFY_CONF)
     command = f"{cli_command()} --config {shlex.quote(conf)} notify"
     if needs_escape(command) or len(command.encode("utf-8")) > MAX_COMMAND_BYTES:
         return NOTIFY_UNAVAILABLE
@@ -277,7 +284,7 @@ def _one_line(key: str, value: str) -> str:
 
 def protect_data_dir(settings) -> None:
     """Data dir 0700 and the SQLite files 0600: task logs and commands often hold secrets."""
-    data = os.path.abspath(settings.data_dir)
+    data = real_data_dir(settings)
     paths = [data]
     if settings.db_url.startswith("sqlite:///"):
         db_file = os.path.abspath(settings.db_url[len("sqlite:///"):].split("?", 1)[0])
@@ -297,7 +304,7 @@ def prepare_runner(settings) -> None:
     timeout); runner.conf is a config file for `qlshadow token runner`, so the database
     URL reaches that command without being on a crontab line or in a task's environment.
     """
-    data = os.path.abspath(settings.data_dir)
+    data = real_data_dir(settings)
     timeout = getattr(settings, "callback_timeout", None) or 5
     shell_env = (f"ql_base_url={_one_line('QL_BASE_URL', base_url(settings))}\n"
                  f"ql_cli={_one_line('the qlshadow command', cli_command())}\n"
@@ -337,7 +344,7 @@ def notify_conf_text(settings, environ=None) -> str:
     reaches the tick that crond starts with almost no environment.
     """
     from .config import NOTIFY_MULTILINE_KEYS, notify_settings
-    pairs = [("QL_DATA_DIR", os.path.abspath(settings.data_dir)),
+    pairs = [("QL_DATA_DIR", real_data_dir(settings)),
              ("QL_DB_URL", _absolute_db_url(settings.db_url)),
              ("QL_DB_TIMEOUT", str(settings.db_timeout)),
              ("QL3_SHADOW_ORIGINS", ",".join(sorted(settings.shadow_origins))),
@@ -353,7 +360,7 @@ def notify_conf_text(settings, environ=None) -> str:
 
 def write_notify_conf(settings, environ=None) -> None:
     """Write notify.conf in the data dir (0600) if its text changed."""
-    path = os.path.join(os.path.abspath(settings.data_dir), NOTIFY_CONF)
+    path = os.path.join(real_data_dir(settings), NOTIFY_CONF)
     _write_if_changed(path, notify_conf_text(settings, environ))
 
 
@@ -404,7 +411,7 @@ RECORDED_KEYS = ("QL_SCHEDULER", "QL_CRONTAB_FILE", "QL_BASE_URL", "QL_CALLBACK_
 
 def _record_values(settings) -> dict:
     return {"QL_SCHEDULER": settings.scheduler,
-            "QL_CRONTAB_FILE": os.path.abspath(settings.crontab_file),
+            "QL_CRONTAB_FILE": os.path.realpath(settings.crontab_file),
             "QL_CRONTAB_INSTALL": settings.crontab_install,
             "QL_CRONTAB_LIST": settings.crontab_list,
             "QL_BASE_URL": settings.base_url,
@@ -415,7 +422,7 @@ def record_settings(settings) -> None:
     """Record the install settings of this server in the data dir (0600, atomic)."""
     import json
     record = dict(_record_values(settings), uid=os.geteuid())
-    path = os.path.join(os.path.abspath(settings.data_dir), RECORD)
+    path = os.path.join(real_data_dir(settings), RECORD)
     try:
         _write_if_changed(path, json.dumps(record, indent=1, sort_keys=True) + "\n")
     except OSError as exc:
@@ -449,8 +456,9 @@ def _speaks_for_server(settings) -> bool:
     if record is None:
         return True
     mine = _record_values(settings)
-    return all(record.get(key) == mine[key] for key in
-               ("QL_SCHEDULER", "QL_CRONTAB_FILE") + INSTALL_KEYS)
+    # The block file by its real path: a data dir reached through a symlink is the server's.
+    return (os.path.realpath(str(record.get("QL_CRONTAB_FILE"))) == mine["QL_CRONTAB_FILE"]
+            and all(record.get(key) == mine[key] for key in ("QL_SCHEDULER",) + INSTALL_KEYS))
 
 
 def _check_installer(settings) -> None:
@@ -480,22 +488,48 @@ def _note_state(settings, problem: str | None) -> None:
 # --- our block inside the user's crontab --------------------------------------------------
 
 def markers(settings) -> tuple:
-    """The begin and end lines of our block; they name the data dir, so two installations
-    on one box keep their own blocks."""
-    data = encode(os.path.abspath(settings.data_dir))
+    """The begin and end lines of our block; they name the data dir's real path, so two
+    installations on one box keep their own blocks and two spellings of one dir share one."""
+    data = encode(real_data_dir(settings))
     return f"# BEGIN qlshadow {data}", f"# END qlshadow {data}"
+
+
+_MARK = re.compile(rb"# (BEGIN|END) qlshadow (/.*)")
+_OCTAL = re.compile(rb"\\0([0-7]{3})")
+
+
+def _our_marks(settings, lines: list) -> list:
+    """(index, is begin) of the marker lines that name our data dir in any spelling: a block
+    an earlier release marked with a symlink's name is ours as well."""
+    mine = real_data_dir(settings)
+    exact = encode(mine).encode()
+    ours: dict = {}
+    found = []
+    for i, text in enumerate(lines):
+        match = _MARK.fullmatch(text.rstrip())
+        if not match:
+            continue
+        name = match.group(2)
+        if name not in ours:
+            path = os.fsdecode(_OCTAL.sub(lambda m: bytes([int(m.group(1), 8)]), name))
+            ours[name] = name == exact or ("\0" not in path and os.path.realpath(path) == mine)
+        if ours[name]:
+            found.append((i, match.group(1) == b"BEGIN"))
+    return found
 
 
 def _old_whole_crontab_lines(settings, lines: list) -> set:
     """Indexes of the lines an earlier qlshadow wrote when it owned the whole crontab.
 
-    It wrote HEADER_SYSTEM first and no markers; its lines name our data dir. Only these
-    are taken over, so that upgrading never installs every cron twice.
+    It wrote HEADER_SYSTEM first and no markers; its lines name our data dir (as given or
+    its real path). Only these are taken over, so that upgrading never installs every cron
+    twice.
     """
     if not lines or lines[0].rstrip() != HEADER_SYSTEM.encode():
         return set()
-    data = os.path.abspath(settings.data_dir)
-    names = {f"QL_DATA_DIR={shell_word(data, escaped)} ".encode() for escaped in (False, True)}
+    spellings = {os.path.abspath(settings.data_dir), real_data_dir(settings)}
+    names = {f"QL_DATA_DIR={shell_word(data, escaped)} ".encode()
+             for data in spellings for escaped in (False, True)}
     return {0} | {i for i, text in enumerate(lines)
                   if b" ID=" in text and any(name in text for name in names)}
 
@@ -503,28 +537,36 @@ def _old_whole_crontab_lines(settings, lines: list) -> set:
 def compose(settings, current: bytes, content: str | None) -> bytes:
     """current with our block replaced by content (None: removed); all else byte for byte.
 
-    A new block goes at the end. Markers that do not pair up (one missing, twice, out of
+    Our block is found by markers naming our data dir in any spelling. A new block goes at
+    the end; several blocks that each pair up (one per spelling, or a doubled crontab)
+    become one, where the first stood. Markers that do not pair up (one missing, out of
     order) are refused: only the user can tell which lines are ours then.
     """
-    begin, end = (text.encode() for text in markers(settings))
+    begin, end = markers(settings)
     lines = current.splitlines(keepends=True)
-    starts = [i for i, text in enumerate(lines) if text.rstrip() == begin]
-    ends = [i for i, text in enumerate(lines) if text.rstrip() == end]
-    if not starts and not ends:
+    marks = _our_marks(settings, lines)
+    kinds = [is_begin for _, is_begin in marks]
+    if not marks:
         old = _old_whole_crontab_lines(settings, lines)
         before = b"".join(text for i, text in enumerate(lines) if i not in old)
         after = b""
-    elif len(starts) == 1 and len(ends) == 1 and starts[0] < ends[0]:
-        before, after = b"".join(lines[:starts[0]]), b"".join(lines[ends[0] + 1:])
+    elif len(kinds) % 2 == 0 and kinds == [True, False] * (len(kinds) // 2):
+        inside = set()
+        for (first, _), (last, _) in zip(marks[0::2], marks[1::2], strict=True):
+            inside.update(range(first, last + 1))
+        start = marks[0][0]
+        before = b"".join(lines[:start])
+        after = b"".join(text for i, text in enumerate(lines) if i > start and i not in inside)
     else:
-        raise CrontabError(f"the crontab holds the line {begin.decode()!r} {len(starts)} and "
-                           f"{end.decode()!r} {len(ends)} times, not once each in that order; "
-                           "fix it with crontab -e, nothing was installed")
+        raise CrontabError(f"the crontab holds the line {begin!r} {kinds.count(True)} and "
+                           f"{end!r} {kinds.count(False)} times (counting other spellings of "
+                           "the data dir), not in pairs in that order; fix it with crontab -e, "
+                           "nothing was installed")
     if content is None:
         return before + after
     if before and not before.endswith(b"\n"):
         before += b"\n"
-    return before + (f"{begin.decode()}\n{content}{end.decode()}\n").encode() + after
+    return before + f"{begin}\n{content}{end}\n".encode() + after
 
 
 def _run(template: str, path: str | None, key: str) -> subprocess.CompletedProcess:
@@ -606,6 +648,63 @@ def _install_bytes(settings, text: bytes) -> None:
         os.unlink(path)
 
 
+# Another program's crontab run at the same moment as ours can undo our install or double
+# the crontab: BusyBox's crontab writes through one fixed temp name, `<user>.new`, opened
+# with O_TRUNC|O_APPEND and then renamed, so two runs that overlap can both append to one
+# file, and the later rename fails with "can't move 'root.new' to 'root'". So every install
+# is read back (QL_CRONTAB_LIST): when our block is not as composed, the text read is
+# composed again and installed again, at most INSTALL_ATTEMPTS times. A doubled crontab
+# (our text and the other program's, one after the other) gets our block in the other
+# program's text.
+INSTALL_ATTEMPTS = 5
+
+
+def _other_text(settings, seen: bytes, wanted: bytes, before: bytes) -> bytes:
+    """The other program's text when seen is wanted and that text one after the other,
+    else seen. The other text is a whole crontab when it holds our block too or begins
+    with the crontab we read before installing; lines merely added after ours are not."""
+    if seen != wanted and wanted:
+        for other in (seen[len(wanted):] if seen.startswith(wanted) else b"",
+                      seen[:-len(wanted)] if seen.endswith(wanted) else b""):
+            if other and ((before and other.startswith(before))
+                          or _our_marks(settings, other.splitlines(True))):
+                return other
+    return seen
+
+
+def _install(settings, content: str | None) -> bool:
+    """Put our block with this content (None: no block) into the crontab; True when the
+    crontab had to be installed. Read back after each install (see INSTALL_ATTEMPTS)."""
+    actual = base = read_crontab(settings)
+    verify = bool(settings.crontab_list.strip())
+    for attempt in range(INSTALL_ATTEMPTS):
+        wanted = compose(settings, base, content)
+        if wanted == actual:
+            return attempt > 0
+        try:
+            _install_bytes(settings, wanted)
+        except CrontabError as exc:
+            failure: CrontabError | None = exc
+        else:
+            failure = None
+        if not verify:
+            if failure is not None:
+                raise failure
+            return True
+        try:
+            seen = read_crontab(settings)
+        except CrontabError:
+            if failure is not None:
+                raise failure from None
+            return True  # installed, not verifiable now: the next change reads it again
+        if failure is not None and seen == actual:
+            raise failure  # the crontab is as it was: our install failed by itself
+        base = _other_text(settings, seen, wanted, actual)
+        actual = seen
+    raise CrontabError(f"another program changed the crontab during each of {INSTALL_ATTEMPTS} "
+                       "installs; try again")
+
+
 def write(settings, text: str) -> str:
     """Replace the block file (QL_CRONTAB_FILE) atomically, 0600: its lines carry the
     user's commands, which often hold secrets."""
@@ -630,44 +729,94 @@ def _put(settings, content: str, active: int) -> str:
     if not settings.crontab_install.strip():
         write(settings, content)
         return f"wrote {path}; installed nothing (QL_CRONTAB_INSTALL is empty)"
-    current = read_crontab(settings)
-    wanted = compose(settings, current, content if active else None)
-    if wanted != current:
-        _install_bytes(settings, wanted)
+    installed = _install(settings, content if active else None)
     write(settings, content)
     if active:  # on OpenWrt crond may not run at all (app/crond.py)
         from .crond import ensure_running
         ensure_running()
     lines = f"{active} active line{'' if active == 1 else 's'}"
     where = f"with `{settings.crontab_install}` (block file {path})"
-    if wanted == current:
+    if not installed:
         return f"crontab already up to date ({lines}) {where}"
     if active:
         return f"installed qlshadow's block ({lines}) {where}"
     return f"removed qlshadow's block (no active line) {where}"
 
 
+# The directory of the crontab locks: one every user and data dir on the box sees, in RAM
+# on OpenWrt (/var/lock is /tmp/lock) and on Debian (/run/lock, which systemd's PrivateTmp
+# leaves shared); /tmp on a box without it.
+LOCK_DIRS = ("/var/lock", "/tmp")
+
+
+def crontab_key(settings) -> str:
+    """Which crontab the settings install into, alike for every data dir on the box: the
+    uid and the words of QL_CRONTAB_LIST (else QL_CRONTAB_INSTALL), with the crontab
+    program's path, and a `busybox` before it, reduced to `crontab`."""
+    template = settings.crontab_list.strip() or settings.crontab_install.strip()
+    try:
+        words = shlex.split(template)
+    except ValueError:
+        words = [template]
+    key: list = []
+    for word in words:
+        if os.path.basename(word) == "crontab":
+            if key and os.path.basename(key[-1]) == "busybox":
+                key.pop()
+            word = "crontab"
+        key.append(word)
+    return f"{os.geteuid()} {shlex.join(key)}"
+
+
+def lock_path(settings) -> str:
+    """The file whose flock serialises every install into this settings' crontab."""
+    import hashlib
+    directory = next((d for d in LOCK_DIRS if os.path.isdir(d) and os.access(d, os.W_OK | os.X_OK)),
+                     LOCK_DIRS[-1])
+    digest = hashlib.sha256(crontab_key(settings).encode()).hexdigest()[:16]
+    return os.path.join(directory, f"qlshadow-crontab-{digest}.lock")
+
+
 class _Lock:
-    """Serialises crontab work across threads and processes (flock on the block file's
-    directory): the crontab installed last was rendered last."""
+    """Serialises crontab work across threads, processes and data dirs: first the data
+    dir's (flock on the block file's directory, which holds its files), then, when
+    something is installed, the crontab's (flock on lock_path, shared by every data dir
+    that installs into it). So the crontab installed last was composed from the one
+    installed before it, whichever data dir installed that."""
 
     def __init__(self, settings):
         self.directory = os.path.dirname(os.path.abspath(settings.crontab_file))
-        self.fd = -1
+        self.crontab = lock_path(settings) if settings.crontab_install.strip() else None
+        self.fds: list = []
+
+    def _take(self, path: str, flags: int) -> None:
+        import fcntl
+        fd = os.open(path, flags | os.O_CLOEXEC, 0o600)
+        self.fds.append(fd)
+        if not flags & os.O_DIRECTORY and os.fstat(fd).st_uid != os.geteuid():
+            # Another user's file would let that user hold our installs up at will.
+            raise CrontabError(f"the crontab lock {path} belongs to another user; remove it")
+        fcntl.flock(fd, fcntl.LOCK_EX)
 
     def __enter__(self):
-        import fcntl
+        what = self.directory
         try:
             os.makedirs(self.directory, exist_ok=True)
-            self.fd = os.open(self.directory, os.O_RDONLY)
+            self._take(self.directory, os.O_RDONLY | os.O_DIRECTORY)
+            if self.crontab:
+                what = self.crontab
+                self._take(self.crontab, os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW)
         except OSError as exc:
-            raise CrontabError(f"cannot open the crontab directory {self.directory}: "
-                               f"{exc.strerror or exc}") from None
-        fcntl.flock(self.fd, fcntl.LOCK_EX)
+            self.__exit__()
+            raise CrontabError(f"cannot lock {what}: {exc.strerror or exc}") from None
+        except BaseException:
+            self.__exit__()
+            raise
         return self
 
     def __exit__(self, *exc_info):
-        os.close(self.fd)  # closing releases the lock
+        while self.fds:
+            os.close(self.fds.pop())  # closing releases the lock
         return False
 
 
@@ -748,11 +897,8 @@ def remove(settings) -> str:
         _check_installer(settings)
         if not settings.crontab_install.strip():
             return "QL_CRONTAB_INSTALL is empty: qlshadow installed nothing to remove"
-        current = read_crontab(settings)
-        wanted = compose(settings, current, None)
+        installed = _install(settings, None)
         where = f"with `{settings.crontab_install}`"
-        if wanted != current:
-            _install_bytes(settings, wanted)
         for path in (os.path.abspath(settings.crontab_file), state_file(settings)):
             try:
                 os.unlink(path)
@@ -760,6 +906,6 @@ def remove(settings) -> str:
                 pass
             except OSError as exc:
                 raise CrontabError(f"cannot remove {path}: {exc.strerror or exc}") from None
-        if wanted == current:
+        if not installed:
             return f"no qlshadow block in the crontab read {where.replace('with', 'for')}"
         return f"removed qlshadow's block {where}"

@@ -120,6 +120,15 @@ class Daemon:
     def stop(self, processes=None) -> None:
         for process in reversed(self.processes if processes is None else processes):
             stop_process(process)
+        if processes is None:
+            # The lock file of this private crontab (crontab.lock_path): no one else uses it.
+            import types
+            from qlshadow.crontab import lock_path
+            try:
+                os.unlink(lock_path(types.SimpleNamespace(crontab_list=self.list,
+                                                          crontab_install=self.install)))
+            except (FileNotFoundError, AttributeError):
+                pass  # never installed into, or the daemon never came up
 
 
 def hostile_commands(base: str) -> dict:

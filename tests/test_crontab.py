@@ -181,10 +181,19 @@ def test_every_cron_change_through_the_api_rerenders_the_crontab(
     assert after == render(settings)
 
 
-def test_busybox_crontab_installs_the_rendered_file(make_settings, make_cron, tmp_path):
+@pytest.fixture
+def spool(tmp_path):
+    """A private BusyBox spool; its crontab's lock file goes with the test."""
+    from test_crontab_block import Target, forget_lock
+    path = tmp_path / "spool"
+    path.mkdir()
+    yield path
     bb = busybox_static()
-    spool = tmp_path / "spool"
-    spool.mkdir()
+    forget_lock(Target(f"{bb} crontab -c {path} -l", f"{bb} crontab -c {path} {{file}}"))
+
+
+def test_busybox_crontab_installs_the_rendered_file(make_settings, make_cron, tmp_path, spool):
+    bb = busybox_static()
     make_cron()
     # A space in the path: the file must reach crontab as one argument.
     settings = make_settings(QL_SCHEDULER="system", QL_CRONTAB_FILE=str(tmp_path / "a b" / "crontab.list"),
@@ -201,10 +210,8 @@ def test_busybox_crontab_installs_the_rendered_file(make_settings, make_cron, tm
                                  {"QL_SCHEDULER": "system", "QL_CRONTAB_INSTALL": ""}],
                          ids=["node-mode", "empty-install"])
 def test_nothing_is_installed_in_node_mode_or_with_an_empty_install_command(
-        make_settings, make_cron, tmp_path, env):
+        make_settings, make_cron, tmp_path, env, spool):
     bb = busybox_static()
-    spool = tmp_path / "spool"
-    spool.mkdir()
     make_cron()
     install = env.get("QL_CRONTAB_INSTALL", f"{bb} crontab -c {spool} {{file}}")
     settings = make_settings(**{**env, "QL_CRONTAB_INSTALL": install})

@@ -54,12 +54,25 @@ class Target:
         return result.stdout if result.returncode == 0 else b""
 
 
+def forget_lock(target: Target) -> None:
+    """Remove the lock file of a test's private crontab (no other process uses it)."""
+    import types
+    path = crontab.lock_path(types.SimpleNamespace(crontab_list=target.list,
+                                                   crontab_install=target.install))
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
 @pytest.fixture
-def busybox_target(tmp_path) -> Target:
+def busybox_target(tmp_path):
     bb = busybox_static()
     spool = tmp_path / "spool"
     spool.mkdir()
-    return Target(f"{bb} crontab -c {spool} -l", f"{bb} crontab -c {spool} {{file}}")
+    target = Target(f"{bb} crontab -c {spool} -l", f"{bb} crontab -c {spool} {{file}}")
+    yield target
+    forget_lock(target)
 
 
 @pytest.fixture(params=["busybox", "debian"])
@@ -72,7 +85,7 @@ def target(request, tmp_path, busybox_target):
     try:
         yield Target(daemon.list, daemon.install)
     finally:
-        daemon.stop()
+        daemon.stop()  # and its crontab's lock file
 
 
 def use(app, make_settings, target: Target, **env):
@@ -222,10 +235,13 @@ def test_a_crontab_that_cannot_be_read_is_never_installed_over(
         app, client, auth, make_settings, busybox_target, tmp_path):
     busybox_target.put(USER_CRONTAB, tmp_path)
     bb = busybox_static()
-    use(app, make_settings, busybox_target,
-        QL_CRONTAB_LIST=f"{bb} crontab -c {tmp_path / 'missing'} -l")
-    response = client.post("/open/crons", json={"name": "j", "command": "true",
-                                                "schedule": "* * * * *"}, headers=auth)
+    unreadable = Target(f"{bb} crontab -c {tmp_path / 'missing'} -l", busybox_target.install)
+    use(app, make_settings, unreadable)
+    try:
+        response = client.post("/open/crons", json={"name": "j", "command": "true",
+                                                    "schedule": "* * * * *"}, headers=auth)
+    finally:
+        forget_lock(unreadable)
     assert response.status_code == 503
     assert response.get_json()["message"].startswith(
         "The cron change was not made: reading the crontab failed: ")

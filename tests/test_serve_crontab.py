@@ -1,6 +1,8 @@
 """`qlshadow serve` re-renders the crontab at start-up only once qlshadow owns one."""
 import os
 
+import pytest
+
 from conftest import http
 
 
@@ -10,6 +12,15 @@ def _system_env(tmp_path):
             "QL_CRONTAB_INSTALL": f"cp {{file}} {tmp_path / 'installed.list'}",
             # installed.list holds only qlshadow's block: nothing else to keep.
             "QL_CRONTAB_LIST": ""}
+
+
+@pytest.fixture(autouse=True)
+def _forget_lock(tmp_path):
+    """The lock file of this test's own crontab goes with the test."""
+    yield
+    from test_crontab_block import Target, forget_lock
+    env = _system_env(tmp_path)
+    forget_lock(Target(env["QL_CRONTAB_LIST"], env["QL_CRONTAB_INSTALL"]))
 
 
 def test_a_first_start_without_crons_installs_no_crontab(live_server, tmp_path):
