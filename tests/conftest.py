@@ -431,3 +431,32 @@ def box_zone(monkeypatch):
 def utc_box(box_zone):
     """The box keeps UTC as its local time (histories laid out in UTC minutes)."""
     box_zone("UTC")
+
+
+# Each test's private crontab spool has a lock file of its own (crontab.lock_path), which
+# the product never removes (removing a lock file others may hold is racy). The run removes
+# the ones it made, once every test (and every xdist worker) is done.
+_LOCK_GLOB = "qlshadow-crontab-*.lock"
+_LOCKS_BEFORE = pytest.StashKey[set]()
+
+
+def _crontab_lock_files() -> set:
+    import glob as _glob
+    from qlshadow.crontab import LOCK_DIRS
+    return {path for directory in LOCK_DIRS for path in _glob.glob(os.path.join(directory, _LOCK_GLOB))}
+
+
+def pytest_sessionstart(session):
+    if not hasattr(session.config, "workerinput"):
+        session.config.stash[_LOCKS_BEFORE] = _crontab_lock_files()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    before = session.config.stash.get(_LOCKS_BEFORE, None)
+    if before is None:  # an xdist worker: the controller cleans up after all of them
+        return
+    for path in _crontab_lock_files() - before:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
