@@ -8,9 +8,10 @@ case $0 in
 	*) here=. ;;
 esac
 lib=${QL_LIB_DIR:-$here/../lib/qlshadow}
-# The package holds byte code compiled for the release's Python; -B keeps Python from ever
-# writing any beside it (flash). sys.path is extended inside Python rather than through
-# PYTHONPATH, which every task a manual run starts would inherit (and with it our libraries).
+# -B: Python compiles the packaged sources in memory and never writes byte code beside them
+# (flash; sources take half the room byte code would). sys.path is extended inside Python
+# rather than through PYTHONPATH, which every task a manual run starts would inherit (and
+# with it our libraries).
 exec "${QL_PYTHON:-python3}" -B -c '
 import os, sys
 lib = os.path.abspath(sys.argv.pop(1))

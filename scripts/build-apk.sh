@@ -5,9 +5,8 @@
 #
 # A thin front of scripts/pkgbuild (python -m pkgbuild apk), run by $PYTHON (default
 # .venv/bin/python, else python3), which must hold the library versions that
-# conf/openwrt/bundled.txt pins; byte code is compiled by a Python 3.13 (QL_PYTHON_3_13,
-# python3.13 on PATH or pyenv's). QL_PACKAGE_RELEASE (default 1) is the package release;
-# SOURCE_DATE_EPOCH (default: the last commit) dates every file. No network is used.
+# conf/openwrt/bundled.txt pins. QL_PACKAGE_RELEASE (default 1) is the package
+# release; SOURCE_DATE_EPOCH (default: the last commit) dates every file. No network is used.
 set -eu
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 if [ -z "${PYTHON:-}" ]; then

@@ -102,7 +102,7 @@ def test_busybox_tar_unpacks_the_package(ipk, tmp_path):
     subprocess.run(["busybox", "tar", "-xzf", str(tmp_path / "data.tar.gz"), "-C", str(tmp_path)],
                    check=True)
 
-    assert (tmp_path / "usr" / "lib" / "qlshadow" / "qlshadow" / "cli.pyc").is_file()
+    assert (tmp_path / "usr" / "lib" / "qlshadow" / "qlshadow" / "cli.py").is_file()
 
 
 def test_the_control_fields_name_the_package_version_and_dependencies(ipk):
@@ -183,14 +183,13 @@ def test_data_holds_the_app_the_shell_scripts_and_the_bundled_libraries(ipk):
     app_sources = sorted(os.path.relpath(p, os.path.join(ROOT, "app")) for p in
                          glob.glob(os.path.join(ROOT, "app", "**", "*.py"), recursive=True))
 
-    packaged = sorted(str(p.relative_to(lib / "qlshadow"))[:-1]
-                      for p in (lib / "qlshadow").rglob("*.pyc"))
+    packaged = sorted(str(p.relative_to(lib / "qlshadow")) for p in (lib / "qlshadow").rglob("*.py"))
     assert packaged == app_sources
     assert sorted(p.name for p in (lib / "shell").glob("*.sh")) == ipk["shells"]
-    for module in ("peewee.pyc", "playhouse/migrate.pyc", "waitress/server.pyc",
-                   "cronsim/cronsim.pyc", "flask/app.pyc", "werkzeug/utils.pyc",
-                   "jinja2/environment.pyc", "markupsafe/_native.pyc", "itsdangerous/signer.pyc",
-                   "click/core.pyc", "blinker/base.pyc"):
+    for module in ("peewee.py", "playhouse/migrate.py", "waitress/server.py",
+                   "cronsim/cronsim.py", "flask/app.py", "werkzeug/utils.py",
+                   "jinja2/environment.py", "markupsafe/_native.py", "itsdangerous/signer.py",
+                   "click/core.py", "blinker/base.py"):
         assert (lib / "vendor" / module).is_file(), module
     for bundle in stage.read_bundled():
         assert (lib / "vendor" / f"LICENSE.{bundle.name}").is_file()
@@ -208,18 +207,10 @@ def test_data_holds_the_status_page_templates(ipk):
     assert mode(lib / "templates" / "base.html") == 0o644
 
 
-def test_python_modules_ship_only_as_byte_code_for_the_releases_python(ipk, release_python):
+def test_python_modules_ship_as_sources_without_byte_code(ipk):
     members = names(str(ipk["outer"] / "data.tar.gz"))
-    magic = subprocess.run([release_python, "-c", "import importlib.util, sys; "
-                            "sys.stdout.write(importlib.util.MAGIC_NUMBER.hex())"],
-                           capture_output=True, text=True, check=True).stdout
 
-    assert not [n for n in members if "__pycache__" in n or n.endswith((".py", ".pyo"))]
-    pycs = [n for n in members if n.endswith(".pyc")]
-    assert pycs
-    for name in pycs:
-        with open(ipk["root"] / name, "rb") as fh:
-            assert fh.read(4).hex() == magic, name
+    assert not [n for n in members if "__pycache__" in n or n.endswith((".pyc", ".pyo"))]
 
 
 def test_scripts_are_executable_and_config_files_are_not(ipk):
@@ -233,7 +224,7 @@ def test_scripts_are_executable_and_config_files_are_not(ipk):
     assert mode(root / "etc" / "config" / "qlshadow") == 0o644
     # May hold a database password.
     assert mode(root / "etc" / "qlshadow" / "qlshadow.conf") == 0o600
-    assert mode(root / "usr" / "lib" / "qlshadow" / "qlshadow" / "cli.pyc") == 0o644
+    assert mode(root / "usr" / "lib" / "qlshadow" / "qlshadow" / "cli.py") == 0o644
 
 
 def test_every_directory_is_0755_including_the_root_entry(ipk):
@@ -295,7 +286,7 @@ def test_building_twice_gives_identical_bytes(ipk, tmp_path):
 
 @pytest.fixture(scope="session")
 def release_python() -> str:
-    """A Python of 24.10's minor version (3.11), the one the package's byte code is for."""
+    """A Python of 24.10's minor version (3.11)."""
     return stage.find_python("24.10")
 
 
@@ -417,10 +408,10 @@ def test_the_installed_service_runs_on_the_libraries_it_carries(packaged, tmp_pa
     assert page_status == 200 and b"<h1>Sign in</h1>" in page  # templates found in the package
     modules = dict(line.split(" ", 1) for line in (tmp_path / "modules").read_text().splitlines())
     lib = str(server.root / "usr" / "lib" / "qlshadow")
-    assert modules["peewee"] == lib + "/vendor/peewee.pyc"
-    assert modules["qlshadow"] == lib + "/qlshadow/__init__.pyc"
+    assert modules["peewee"] == lib + "/vendor/peewee.py"
+    assert modules["qlshadow"] == lib + "/qlshadow/__init__.py"
     for name in ("waitress", "flask", "werkzeug", "jinja2", "markupsafe", "blinker"):
-        assert modules[name] == f"{lib}/vendor/{name}/__init__.pyc"
+        assert modules[name] == f"{lib}/vendor/{name}/__init__.py"
 
 
 def test_the_installed_reconcile_command_runs_on_the_bundled_cronsim(packaged):
@@ -466,7 +457,8 @@ def snapshot(folder) -> dict:
 
 
 def test_serving_callbacks_writes_nothing_under_the_packages_lib_dir(packaged):
-    # On a router /usr/lib/qlshadow is flash: no byte code, cache or state may land there.
+    # On a router /usr/lib/qlshadow is flash: no byte code, cache or state may land there
+    # (the wrapper's -B; the package ships sources).
     server = packaged(QL3_SHADOW_ORIGINS="scheduled_system")
     lib = server.root / "usr" / "lib" / "qlshadow"
     token = server.token()

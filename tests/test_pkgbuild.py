@@ -83,7 +83,7 @@ def test_a_line_added_to_the_manifest_is_staged(tmp_path):
     assert (tree / "usr/share/qlshadow/b.txt").read_text() == "b"
     assert os.stat(tree / "usr/share/qlshadow/a.txt").st_mode & 0o7777 == 0o640
     assert staged.conffiles == ["/etc/qlshadow-extra/a.txt", "/etc/qlshadow-extra/b.txt"]
-    assert (tree / "usr/lib/qlshadow/vendor/flask/__init__.pyc").is_file()
+    assert (tree / "usr/lib/qlshadow/vendor/flask/__init__.py").is_file()
 
 
 @pytest.mark.parametrize("line", ["app/ usr/lib/qlshadow/ 0644", "app/ /usr/lib/x 644",
@@ -105,12 +105,26 @@ def test_a_manifest_line_naming_nothing_is_refused(tmp_path):
         stage.stage(str(tmp_path / "root"), "24.10", manifest=str(manifest))
 
 
-def test_the_staged_tree_holds_only_byte_code_and_no_native_code(staged):
+def test_the_staged_tree_holds_sources_and_no_byte_code_or_native_code(staged):
     lib = staged.tree + stage.LIB
-    names = [n for _, _, files in os.walk(lib) for n in files]
+    names = [n for _, dirs, files in os.walk(lib) for n in dirs + files]
 
-    assert not [n for n in names if n.endswith((".py", ".so", ".c", ".pyi"))]
-    assert "_native.pyc" in names and "__pycache__" not in names
+    assert not [n for n in names if n.endswith((".pyc", ".so", ".c", ".pyi"))]
+    assert "_native.py" in names and "__pycache__" not in names
+
+
+def test_the_byte_code_variant_is_sourceless_and_for_the_releases_python(tmp_path):
+    # Only scripts/bench_package_start.py builds it, to compare with the shipped sources.
+    tree = tmp_path / "root"
+    tree.mkdir()
+    stage.stage(str(tree), "24.10", bytecode=True)
+    magic = subprocess.run([stage.find_python("24.10"), "-c", "import importlib.util, sys; "
+                            "sys.stdout.write(importlib.util.MAGIC_NUMBER.hex())"],
+                           capture_output=True, text=True, check=True).stdout
+    lib = tree / "usr" / "lib" / "qlshadow"
+
+    assert not list(lib.rglob("*.py"))
+    assert {p.read_bytes()[:4].hex() for p in lib.rglob("*.pyc")} == {magic}
 
 
 def test_the_packaged_config_keeps_data_on_flash(staged):
@@ -263,17 +277,7 @@ def test_the_apk_carries_the_maintainer_scripts_and_apks_records(apk):
     paths = {e["path"] for e in apk["entries"]}
     for record in ("list", "conffiles", "conffiles_static"):
         assert f"lib/apk/packages/qlshadow.{record}" in paths
-    assert "usr/lib/qlshadow/vendor/flask/app.pyc" in paths
-
-
-def test_the_apks_byte_code_is_for_python_3_13(apk):
-    magic = subprocess.run([stage.find_python("25.12"), "-c", "import importlib.util, sys; "
-                            "sys.stdout.write(importlib.util.MAGIC_NUMBER.hex())"],
-                           capture_output=True, text=True, check=True).stdout
-    pycs = [e for e in apk["entries"] if e["path"].endswith(".pyc")]
-
-    assert pycs and {e["data"][:4].hex() for e in pycs} == {magic}
-    assert not [e for e in apk["entries"] if e["path"].endswith(".py")]
+    assert "usr/lib/qlshadow/vendor/flask/app.py" in paths
 
 
 def test_the_apks_conffile_records_hold_each_conffiles_sha256(tmp_path):

@@ -1,7 +1,7 @@
 """Build qlshadow's OpenWrt package: `python -m pkgbuild ipk|apk [OUT_DIR]` (scripts/ on the path).
 
-  ipk   OpenWrt 24.10, opkg: OUT_DIR/qlshadow_<version>_all.ipk, byte code for Python 3.11
-  apk   OpenWrt 25.12, apk-tools 3: OUT_DIR/qlshadow-<version>.apk, byte code for Python 3.13
+  ipk   OpenWrt 24.10 (Python 3.11), opkg: OUT_DIR/qlshadow_<version>_all.ipk
+  apk   OpenWrt 25.12 (Python 3.13), apk-tools 3: OUT_DIR/qlshadow-<version>.apk
 
 The version is app/__init__.py's plus "-r" and QL_PACKAGE_RELEASE (default 1), so an upgrade
 of the same version can be built. SOURCE_DATE_EPOCH (default: the last commit's time) dates
@@ -98,7 +98,7 @@ def add_apk_records(tree: str, conffiles: list) -> None:
         os.chmod(folder, 0o755)
 
 
-def build(kind: str, out_dir: str, python: str | None = None) -> str:
+def build(kind: str, out_dir: str) -> str:
     """Stage and write one package; its path."""
     release = RELEASE_OF[kind]
     version = stage.package_version(stage.app_version(), package_release())
@@ -108,7 +108,7 @@ def build(kind: str, out_dir: str, python: str | None = None) -> str:
     with tempfile.TemporaryDirectory() as work:
         tree = os.path.join(work, "root")
         os.mkdir(tree)
-        staged = stage.stage(tree, release, python)
+        staged = stage.stage(tree, release)
         postinst, prerm = _part("postinst"), _part("prerm")
         if kind == "ipk":
             fields = {"Package": stage.NAME, "Version": version, "Depends": ", ".join(depends),
@@ -138,11 +138,9 @@ def main(argv=None) -> int:
     parser.add_argument("kind", choices=sorted(RELEASE_OF), help="ipk (24.10) or apk (25.12)")
     parser.add_argument("out_dir", nargs="?", default=os.path.join(stage.ROOT, "dist"),
                         help="where the package goes (default: dist/)")
-    parser.add_argument("--python", help="the interpreter that compiles the byte code (default: "
-                        "QL_PYTHON_3_11 / QL_PYTHON_3_13, python3.X on PATH, pyenv's 3.X)")
     args = parser.parse_args(argv)
     try:
-        print(build(args.kind, args.out_dir, args.python))
+        print(build(args.kind, args.out_dir))
     except stage.BuildError as exc:
         print(f"build-{args.kind}: {exc}", file=sys.stderr)
         return 1

@@ -1,10 +1,11 @@
 """Stage the OpenWrt package's tree once, for both writers (ipk.py, apk.py).
 
 The tree is conf/openwrt/files.txt's files plus the libraries pinned in
-conf/openwrt/bundled.txt (copied from the building Python's install, which must hold exactly
-those versions), every Python module compiled to sourceless byte code for the release's
-Python, as OpenWrt's own Python packages ship: a router never compiles, and never writes
-byte code to flash.
+conf/openwrt/bundled.txt, copied from the building Python's install, which must hold exactly
+those versions. Python modules ship as sources: half the flash of sourceless byte code
+(docs/PERFORMANCE.md, "OpenWrt packages"); /usr/bin/qlshadow runs Python with -B, so
+nothing is ever written beside them. compile_tree() makes the byte-code variant that
+scripts/bench_package_start.py compares.
 """
 from __future__ import annotations
 
@@ -281,14 +282,15 @@ def compile_tree(lib_dir: str, python: str) -> None:
         raise BuildError(f"{python} could not compile the package: {done.stderr.strip()[-500:]}")
 
 
-def stage(tree: str, release: str, python: str | None = None, *, manifest: str = MANIFEST,
-          bundled: str = BUNDLED) -> Staged:
-    """Stage the package for a release into the empty folder tree."""
+def stage(tree: str, release: str, *, manifest: str = MANIFEST, bundled: str = BUNDLED,
+          bytecode: bool = False) -> Staged:
+    """Stage the package for a release into the empty folder tree (bytecode=True: sourceless
+    byte code for the release's Python instead of sources, for comparison only)."""
     if release not in RELEASES:
         raise BuildError(f"unknown OpenWrt release {release!r}: one of {', '.join(RELEASES)}")
     bundles = read_bundled(bundled)
     check_bundled(bundles)
-    python = python or find_python(release)
+    python = find_python(release) if bytecode else None
     entries = read_manifest(manifest)
     conffiles = []
     for entry in entries:
@@ -303,7 +305,8 @@ def stage(tree: str, release: str, python: str | None = None, *, manifest: str =
     with open(os.path.join(vendor, "VERSIONS"), "w", encoding="utf-8") as fh:
         fh.writelines(f"{b.name} {b.version}\n" for b in bundles)
     os.chmod(os.path.join(vendor, "VERSIONS"), 0o644)
-    compile_tree(tree + LIB, python)
+    if bytecode:
+        compile_tree(tree + LIB, python)
     # Modes are set, never inherited from the umask or the checkout; "/" itself included.
     for folder, _dirs, _files in os.walk(tree):
         os.chmod(folder, 0o755)
