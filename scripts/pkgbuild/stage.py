@@ -24,14 +24,14 @@ SCRIPTS_DIR = os.path.join(ROOT, "conf", "openwrt")
 LIB = "/usr/lib/qlshadow"
 NAME = "qlshadow"
 
-# Each writer's release and the Python that release's feed ships (the byte code's target).
+# Each writer's release and the Python minor version its feed ships.
 RELEASES = {"24.10": (3, 11), "25.12": (3, 13)}
 
-# Our Depends until scripts/pkgbuild/feeds.py (the feed records) lands: depends() below is
-# the one place it plugs in. Found by running the packaged tree with the other split
-# stdlib packages hidden: urllib.parse (werkzeug, ours), email (http.client; python3-urllib
-# depends on it anyway), unicodedata in python3-codecs (werkzeug.utils at load time, and the
-# idna codec getaddrinfo uses for a host name), decimal and uuid (peewee at load time).
+# The split stdlib packages the service imports, used while this tree has no feed records
+# (scripts/pkgbuild/feeds.py): depends() below is the one place those plug in.
+# urllib.parse (werkzeug, ours), email (http.client; python3-urllib depends on it anyway),
+# unicodedata in python3-codecs (werkzeug.utils at load time, and the idna codec that
+# socket.getaddrinfo applies to every str host), decimal and uuid (peewee at load time).
 _PROVISIONAL_DEPENDS = ("python3-light", "python3-sqlite3", "python3-logging", "python3-urllib",
                         "python3-email", "python3-codecs", "python3-decimal", "python3-uuid")
 
