@@ -78,7 +78,7 @@ def test_a_line_added_to_the_manifest_is_staged(tmp_path):
     tree = tmp_path / "root"
     tree.mkdir()
 
-    staged = stage.stage(str(tree), "24.10", manifest=str(manifest))
+    staged = stage.stage(tree, "24.10", manifest=str(manifest))  # a Path will do
 
     assert (tree / "usr/share/qlshadow/b.txt").read_text() == "b"
     assert os.stat(tree / "usr/share/qlshadow/a.txt").st_mode & 0o7777 == 0o640

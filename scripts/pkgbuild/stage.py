@@ -282,10 +282,11 @@ def compile_tree(lib_dir: str, python: str) -> None:
         raise BuildError(f"{python} could not compile the package: {done.stderr.strip()[-500:]}")
 
 
-def stage(tree: str, release: str, *, manifest: str = MANIFEST, bundled: str = BUNDLED,
+def stage(tree: str | os.PathLike, release: str, *, manifest: str = MANIFEST, bundled: str = BUNDLED,
           bytecode: bool = False) -> Staged:
     """Stage the package for a release into the empty folder tree (bytecode=True: sourceless
     byte code for the release's Python instead of sources, for comparison only)."""
+    tree = os.fspath(tree)
     if release not in RELEASES:
         raise BuildError(f"unknown OpenWrt release {release!r}: one of {', '.join(RELEASES)}")
     bundles = read_bundled(bundled)
