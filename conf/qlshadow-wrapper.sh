@@ -1,15 +1,18 @@
 #!/bin/sh
-# /usr/bin/qlshadow of the OpenWrt package: runs the packaged qlshadow with the bundled
-# peewee and waitress (OpenWrt has no package for either) on the system python3.
+# /usr/bin/qlshadow of the OpenWrt package: runs the packaged qlshadow on the system python3
+# with the libraries it carries under vendor/ (Flask and its dependencies, peewee, waitress,
+# cronsim: the versions it was tested with, whatever the feed ships).
 # The library directory is found next to this script, so an unpacked tree works too.
 case $0 in
 	*/*) here=${0%/*} ;;
 	*) here=. ;;
 esac
 lib=${QL_LIB_DIR:-$here/../lib/qlshadow}
-# sys.path is extended inside Python rather than through PYTHONPATH, which every task a
-# manual run starts would inherit (and with it our bundled peewee and waitress).
-exec "${QL_PYTHON:-python3}" -c '
+# -B: Python compiles the packaged sources in memory and never writes byte code beside them
+# (flash; sources take half the room byte code would). sys.path is extended inside Python
+# rather than through PYTHONPATH, which every task a manual run starts would inherit (and
+# with it our libraries).
+exec "${QL_PYTHON:-python3}" -B -c '
 import os, sys
 lib = os.path.abspath(sys.argv.pop(1))
 sys.path[:0] = [lib, os.path.join(lib, "vendor")]

@@ -1,6 +1,7 @@
-"""The OpenWrt package (CONTRACT.md §7): scripts/build-ipk.sh builds an ipkg-build style .ipk that
-unpacks with plain tar and gzip, and the unpacked tree runs on a Python that has nothing
-but Flask, using the bundled peewee and waitress."""
+"""The OpenWrt 24.10 package (CONTRACT.md §7): scripts/build-ipk.sh builds an ipkg-build style
+.ipk that unpacks with plain tar and gzip, and the unpacked tree runs on a bare Python 3.11
+(the release's) with nothing installed, on the libraries it carries, writing nothing beside
+its own files."""
 from __future__ import annotations
 
 import glob
@@ -19,19 +20,24 @@ import pytest
 from qlshadow import __version__, config
 from conftest import ROOT, http
 
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+from pkgbuild import stage  # noqa: E402  (scripts/ is not a package)
+
 BUILD = os.path.join(ROOT, "scripts", "build-ipk.sh")
+VERSION = f"{__version__}-r1"
 SHELLS = [["busybox", "sh"], ["dash"], ["bash"]]
 
 
 def build(out_dir) -> str:
     """Run build-ipk.sh into out_dir with this test's Python; returns the package path."""
-    env = {k: v for k, v in os.environ.items() if k != "SOURCE_DATE_EPOCH"}
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("SOURCE_DATE_EPOCH", "QL_PACKAGE_RELEASE")}
     env["PYTHON"] = sys.executable
     result = subprocess.run(["sh", BUILD, str(out_dir)], env=env, capture_output=True,
                             text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     path = result.stdout.strip().splitlines()[-1]
-    assert os.path.basename(path) == f"qlshadow_{__version__}_all.ipk"
+    assert os.path.basename(path) == f"qlshadow_{VERSION}_all.ipk"
     return path
 
 
@@ -103,12 +109,15 @@ def test_the_control_fields_name_the_package_version_and_dependencies(ipk):
     fields = control_fields(ipk)
 
     assert fields["Package"] == "qlshadow"
-    assert fields["Version"] == __version__
+    assert fields["Version"] == VERSION
     assert fields["Architecture"] == "all"
     depends = [d.strip() for d in fields["Depends"].split(",")]
-    assert {"python3-light", "python3-flask", "python3-sqlite3"} <= set(depends)
-    # Peewee, waitress and cronsim have no OpenWrt package: bundled, not depended on.
-    assert not [d for d in depends if "peewee" in d or "waitress" in d or "cronsim" in d]
+    assert depends == stage.depends("24.10")
+    # The libraries are carried, not depended on; nor is the full python3 (python3-flask
+    # pulled it and setuptools in).
+    assert not [d for d in depends if not d.startswith("python3-") or d.endswith(
+        ("flask", "werkzeug", "jinja2", "click", "setuptools", "peewee", "waitress"))]
+    assert "python3" not in depends
     assert fields["Maintainer"] and fields["Section"] and fields["Description"]
 
 
@@ -130,9 +139,25 @@ def test_conffiles_lists_both_config_files_and_they_are_in_the_package(ipk):
 def test_the_control_archive_holds_control_conffiles_and_maintainer_scripts(ipk):
     members = sorted(names(str(ipk["outer"] / "control.tar.gz")))
 
-    assert members == ["./", "./conffiles", "./control", "./postinst", "./prerm"]
-    assert mode(ipk["control"] / "postinst") == 0o755
-    assert mode(ipk["control"] / "prerm") == 0o755
+    assert members == ["./", "./conffiles", "./control", "./postinst", "./postinst-pkg",
+                       "./prerm", "./prerm-pkg"]
+    for script in ("postinst", "postinst-pkg", "prerm", "prerm-pkg"):
+        assert mode(ipk["control"] / script) == 0o755
+
+
+def test_the_maintainer_scripts_are_openwrts_wrappers_around_the_package_parts(ipk):
+    # As include/package-pack.mk: postinst and prerm call default_postinst / default_prerm
+    # from /lib/functions.sh, which run <package>.postinst-pkg / .prerm-pkg from opkg's info
+    # folder and then start (stop) the package's init scripts.
+    postinst = (ipk["control"] / "postinst").read_text()
+    prerm = (ipk["control"] / "prerm").read_text()
+
+    assert ". ${IPKG_INSTROOT}/lib/functions.sh\ndefault_postinst $0 $@\n" in postinst
+    assert ". ${IPKG_INSTROOT}/lib/functions.sh\ndefault_prerm $0 $@\n" in prerm
+    with open(os.path.join(ROOT, "conf", "openwrt", "postinst"), "rb") as fh:
+        assert (ipk["control"] / "postinst-pkg").read_bytes() == fh.read()
+    with open(os.path.join(ROOT, "conf", "openwrt", "prerm"), "rb") as fh:
+        assert (ipk["control"] / "prerm-pkg").read_bytes() == fh.read()
     assert mode(ipk["control"] / "control") == 0o644
 
 
@@ -161,12 +186,17 @@ def test_data_holds_the_app_the_shell_scripts_and_the_bundled_libraries(ipk):
     packaged = sorted(str(p.relative_to(lib / "qlshadow")) for p in (lib / "qlshadow").rglob("*.py"))
     assert packaged == app_sources
     assert sorted(p.name for p in (lib / "shell").glob("*.sh")) == ipk["shells"]
-    assert (lib / "vendor" / "peewee.py").is_file()
-    assert (lib / "vendor" / "waitress" / "server.py").is_file()
-    assert (lib / "vendor" / "LICENSE.peewee").is_file()
-    assert (lib / "vendor" / "LICENSE.waitress").is_file()
-    assert (lib / "vendor" / "cronsim" / "cronsim.py").is_file()
-    assert (lib / "vendor" / "LICENSE.cronsim").is_file()
+    for module in ("peewee.py", "playhouse/migrate.py", "waitress/server.py",
+                   "cronsim/cronsim.py", "flask/app.py", "werkzeug/utils.py",
+                   "jinja2/environment.py", "markupsafe/_native.py", "itsdangerous/signer.py",
+                   "click/core.py", "blinker/base.py"):
+        assert (lib / "vendor" / module).is_file(), module
+    for bundle in stage.read_bundled():
+        assert (lib / "vendor" / f"LICENSE.{bundle.name}").is_file()
+        metadata = lib / "vendor" / f"{bundle.name}-{bundle.version}.dist-info" / "METADATA"
+        assert f"\nVersion: {bundle.version}\n" in metadata.read_text()
+    # MarkupSafe runs on its pure-Python fallback; nothing native is carried.
+    assert not list(lib.rglob("*.so"))
 
 
 def test_data_holds_the_status_page_templates(ipk):
@@ -177,7 +207,7 @@ def test_data_holds_the_status_page_templates(ipk):
     assert mode(lib / "templates" / "base.html") == 0o644
 
 
-def test_data_has_no_bytecode_caches(ipk):
+def test_python_modules_ship_as_sources_without_byte_code(ipk):
     members = names(str(ipk["outer"] / "data.tar.gz"))
 
     assert not [n for n in members if "__pycache__" in n or n.endswith((".pyc", ".pyo"))]
@@ -207,7 +237,8 @@ def test_every_directory_is_0755_including_the_root_entry(ipk):
 
 
 @pytest.mark.parametrize("shell", SHELLS, ids=lambda s: s[0])
-@pytest.mark.parametrize("script", ["control/postinst", "control/prerm",
+@pytest.mark.parametrize("script", ["control/postinst", "control/prerm", "control/postinst-pkg",
+                                    "control/prerm-pkg",
                                     "root/etc/init.d/qlshadow", "root/usr/bin/qlshadow",
                                     "root/usr/lib/qlshadow/smoke.sh"])
 def test_maintainer_and_init_scripts_parse_under_every_shell(ipk, shell, script):
@@ -251,21 +282,23 @@ def test_building_twice_gives_identical_bytes(ipk, tmp_path):
         assert first.read() == second.read()
 
 
-# --- the unpacked tree, run on a Python with only Flask --------------------------------------
+# --- the unpacked tree, run on the release's Python with nothing installed ------------------
 
 @pytest.fixture(scope="session")
-def flask_only_python(tmp_path_factory) -> str:
-    """A throwaway venv with Flask and its dependencies only (no peewee, no waitress)."""
-    venv = tmp_path_factory.mktemp("flask-only") / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+def release_python() -> str:
+    """A Python of 24.10's minor version (3.11)."""
+    return stage.find_python("24.10")
+
+
+@pytest.fixture(scope="session")
+def bare_python(tmp_path_factory, release_python) -> str:
+    """A throwaway venv of that Python with nothing installed."""
+    venv = tmp_path_factory.mktemp("bare") / "venv"
+    subprocess.run([release_python, "-m", "venv", "--without-pip", str(venv)], check=True)
     python = str(venv / "bin" / "python")
-    result = subprocess.run([sys.executable, "-m", "pip", "--python", python, "install", "-q",
-                             "--disable-pip-version-check", "flask"],
-                            capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr
-    for module in ("peewee", "waitress"):
+    for module in ("flask", "peewee", "waitress"):
         probe = subprocess.run([python, "-c", f"import {module}"], capture_output=True)
-        assert probe.returncode != 0, f"{module} must not be installed in the Flask-only venv"
+        assert probe.returncode != 0, f"{module} must not be installed in the bare venv"
     return python
 
 
@@ -329,12 +362,12 @@ class PackagedServer:
 
 
 @pytest.fixture
-def packaged(ipk, flask_only_python, tmp_path):
+def packaged(ipk, bare_python, tmp_path):
     """Start servers from the unpacked package; stopped by PID at teardown."""
     servers = []
 
     def start(**env) -> PackagedServer:
-        server = PackagedServer(ipk["root"], flask_only_python,
+        server = PackagedServer(ipk["root"], bare_python,
                                 tmp_path / f"data-{len(servers)}", env)
         servers.append(server)
         return server
@@ -349,7 +382,8 @@ import atexit, os, sys
 
 def _report():
     with open(os.environ["PROBE_OUT"], "w") as fh:
-        for name in ("qlshadow", "peewee", "waitress", "flask"):
+        for name in ("qlshadow", "peewee", "waitress", "flask", "werkzeug", "jinja2",
+                     "markupsafe", "blinker"):
             module = sys.modules.get(name)
             fh.write(f"{name} {getattr(module, '__file__', None)}\\n")
 
@@ -357,7 +391,7 @@ atexit.register(_report)
 """
 
 
-def test_the_installed_service_runs_on_the_bundled_peewee_and_waitress(packaged, tmp_path):
+def test_the_installed_service_runs_on_the_libraries_it_carries(packaged, tmp_path):
     probe_dir = tmp_path / "probe"
     probe_dir.mkdir()
     (probe_dir / "sitecustomize.py").write_text(PROBE)
@@ -374,10 +408,10 @@ def test_the_installed_service_runs_on_the_bundled_peewee_and_waitress(packaged,
     assert page_status == 200 and b"<h1>Sign in</h1>" in page  # templates found in the package
     modules = dict(line.split(" ", 1) for line in (tmp_path / "modules").read_text().splitlines())
     lib = str(server.root / "usr" / "lib" / "qlshadow")
-    assert modules["peewee"].startswith(lib + "/vendor/")
-    assert modules["waitress"].startswith(lib + "/vendor/waitress/")
-    assert modules["qlshadow"].startswith(lib + "/qlshadow/")
-    assert not modules["flask"].startswith(lib)
+    assert modules["peewee"] == lib + "/vendor/peewee.py"
+    assert modules["qlshadow"] == lib + "/qlshadow/__init__.py"
+    for name in ("waitress", "flask", "werkzeug", "jinja2", "markupsafe", "blinker"):
+        assert modules[name] == f"{lib}/vendor/{name}/__init__.py"
 
 
 def test_the_installed_reconcile_command_runs_on_the_bundled_cronsim(packaged):
@@ -409,3 +443,32 @@ def test_the_smoke_check_passes_against_the_installed_service(packaged, shadow):
         assert [line for line in lines if line.startswith("ok - Shadow Run for legacy-system:")]
     else:
         assert [line for line in lines if line.startswith("skip - Shadow Run check skipped")]
+
+
+def snapshot(folder) -> dict:
+    """Every path under folder with its size and mtime."""
+    found = {}
+    for base, dirs, files in os.walk(folder):
+        for name in dirs + files:
+            path = os.path.join(base, name)
+            info = os.lstat(path)
+            found[os.path.relpath(path, folder)] = (info.st_size, info.st_mtime_ns)
+    return found
+
+
+def test_serving_callbacks_writes_nothing_under_the_packages_lib_dir(packaged):
+    # On a router /usr/lib/qlshadow is flash: no byte code, cache or state may land there
+    # (the wrapper's -B; the package ships sources).
+    server = packaged(QL3_SHADOW_ORIGINS="scheduled_system")
+    lib = server.root / "usr" / "lib" / "qlshadow"
+    token = server.token()
+    before = snapshot(lib)
+    server.start()
+    result = subprocess.run(["busybox", "sh", str(lib / "smoke.sh"), server.url, token],
+                            capture_output=True, text=True, timeout=120)
+    server.stop()
+    assert server.cli("reconcile", "--json").returncode in (0, 3)
+
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert [line for line in result.stdout.splitlines() if line.startswith("ok - Shadow Run")]
+    assert snapshot(lib) == before

@@ -1,0 +1,311 @@
+"""scripts/pkgbuild: one staging (conf/openwrt/files.txt, bundled.txt) for both package
+formats, the build fronts scripts/build-ipk.sh and build-apk.sh, and what they promise:
+pinned library versions, the package release in the version, reproducible bytes, OpenWrt's
+maintainer-script wrapping, and (when the apk writer is in the tree) an apk that reads back."""
+from __future__ import annotations
+
+import configparser
+import hashlib
+import importlib.util
+import io
+import os
+import subprocess
+import sys
+import tarfile
+from importlib import metadata
+
+import pytest
+
+from qlshadow import __version__
+from conftest import ROOT
+
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+from pkgbuild import stage  # noqa: E402  (scripts/ is not a package)
+from pkgbuild.__main__ import apk_scripts  # noqa: E402
+
+HAS_APK_WRITER = importlib.util.find_spec("pkgbuild.apk") is not None
+
+
+def run_build(script: str, *args, **env) -> subprocess.CompletedProcess:
+    """scripts/<script> with this test's Python, the last commit's date and env's changes."""
+    environ = {k: v for k, v in os.environ.items()
+               if k not in ("SOURCE_DATE_EPOCH", "QL_PACKAGE_RELEASE")}
+    environ.update(PYTHON=sys.executable, **env)
+    return subprocess.run(["sh", os.path.join(ROOT, "scripts", script), *map(str, args)],
+                          env=environ, capture_output=True, text=True, timeout=180)
+
+
+def members(data: bytes) -> dict:
+    """name -> bytes (None for a directory) of a .tar.gz held in memory."""
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
+        return {m.name: (tar.extractfile(m).read() if m.isfile() else None) for m in tar}
+
+
+@pytest.fixture(scope="module")
+def staged(tmp_path_factory) -> stage.Staged:
+    tree = tmp_path_factory.mktemp("staged") / "root"
+    tree.mkdir()
+    return stage.stage(str(tree), "24.10")
+
+
+# --- staging -------------------------------------------------------------------------------
+
+def test_every_manifest_line_is_staged_with_its_mode(staged):
+    for entry in stage.read_manifest():
+        if entry.target.endswith("/"):
+            staged_files = [os.path.join(base, n) for base, _, names in
+                            os.walk(staged.tree + entry.target) for n in names]
+        else:
+            staged_files = [staged.tree + entry.target]
+        assert staged_files, entry
+        for path in staged_files:
+            assert os.stat(path).st_mode & 0o7777 == entry.mode, path
+
+
+def test_the_conffiles_are_the_manifest_lines_marked_so(staged):
+    assert staged.conffiles == sorted(e.target for e in stage.read_manifest() if e.conffile)
+    assert staged.conffiles == ["/etc/config/qlshadow", "/etc/qlshadow/qlshadow.conf"]
+
+
+def test_a_line_added_to_the_manifest_is_staged(tmp_path):
+    (tmp_path / "extra").mkdir()
+    (tmp_path / "extra" / "a.txt").write_text("a")
+    (tmp_path / "extra" / "b.txt").write_text("b")
+    manifest = tmp_path / "files.txt"
+    manifest.write_text(f"scripts/smoke.sh /usr/lib/qlshadow/smoke.sh 0755\n"
+                        f"{tmp_path}/extra/*.txt /usr/share/qlshadow/ 0640  # a glob\n"
+                        f"{tmp_path}/extra /etc/qlshadow-extra/ 0600 conffile\n")
+    tree = tmp_path / "root"
+    tree.mkdir()
+
+    staged = stage.stage(tree, "24.10", manifest=str(manifest))  # a Path will do
+
+    assert (tree / "usr/share/qlshadow/b.txt").read_text() == "b"
+    assert os.stat(tree / "usr/share/qlshadow/a.txt").st_mode & 0o7777 == 0o640
+    assert staged.conffiles == ["/etc/qlshadow-extra/a.txt", "/etc/qlshadow-extra/b.txt"]
+    assert (tree / "usr/lib/qlshadow/vendor/flask/__init__.py").is_file()
+
+
+@pytest.mark.parametrize("line", ["app/ usr/lib/qlshadow/ 0644", "app/ /usr/lib/x 644",
+                                  "app/ /usr/lib/x 0644 keep", "app/"])
+def test_a_malformed_manifest_line_is_refused_with_its_line_number(tmp_path, line):
+    manifest = tmp_path / "files.txt"
+    manifest.write_text(f"# comment\n{line}\n")
+
+    with pytest.raises(stage.BuildError, match=r"files\.txt:2: expected"):
+        stage.read_manifest(str(manifest))
+
+
+def test_a_manifest_line_naming_nothing_is_refused(tmp_path):
+    manifest = tmp_path / "files.txt"
+    manifest.write_text("conf/no-such-file /etc/x 0644\n")
+    (tmp_path / "root").mkdir()
+
+    with pytest.raises(stage.BuildError, match="conf/no-such-file names no file"):
+        stage.stage(str(tmp_path / "root"), "24.10", manifest=str(manifest))
+
+
+def test_the_staged_tree_holds_sources_and_no_byte_code_or_native_code(staged):
+    lib = staged.tree + stage.LIB
+    names = [n for _, dirs, files in os.walk(lib) for n in dirs + files]
+
+    assert not [n for n in names if n.endswith((".pyc", ".so", ".c", ".pyi"))]
+    assert "_native.py" in names and "__pycache__" not in names
+
+
+def test_the_byte_code_variant_is_sourceless_and_for_the_releases_python(tmp_path):
+    # Only scripts/bench_package_start.py builds it, to compare with the shipped sources.
+    tree = tmp_path / "root"
+    tree.mkdir()
+    stage.stage(str(tree), "24.10", bytecode=True)
+    magic = subprocess.run([stage.find_python("24.10"), "-c", "import importlib.util, sys; "
+                            "sys.stdout.write(importlib.util.MAGIC_NUMBER.hex())"],
+                           capture_output=True, text=True, check=True).stdout
+    lib = tree / "usr" / "lib" / "qlshadow"
+
+    assert not list(lib.rglob("*.py"))
+    assert {p.read_bytes()[:4].hex() for p in lib.rglob("*.pyc")} == {magic}
+
+
+def test_the_packaged_config_keeps_data_on_flash(staged):
+    with open(staged.tree + "/etc/qlshadow/qlshadow.conf", encoding="utf-8") as fh:
+        assert "\nQL_DATA_DIR=/srv/qlshadow\n" in fh.read()
+
+
+# --- the pinned library versions -----------------------------------------------------------
+
+def test_the_test_install_holds_the_versions_the_package_carries():
+    bundles = stage.read_bundled()
+
+    assert {b.name: metadata.version(b.name) for b in bundles} == \
+        {b.name: b.version for b in bundles}
+
+
+def test_setup_cfg_pins_the_test_extra_to_the_carried_versions():
+    parser = configparser.ConfigParser()
+    parser.read(os.path.join(ROOT, "setup.cfg"))
+    pins = dict(line.split("==") for line in parser["options.extras_require"]["test"].splitlines()
+                if "==" in line)
+
+    assert pins == {b.name: b.version for b in stage.read_bundled()}
+    # A plain install still takes any Flask 3.
+    assert "flask>=3.0" in parser["options"]["install_requires"].split()
+
+
+def test_a_python_with_other_library_versions_is_refused(tmp_path):
+    pinned = tmp_path / "bundled.txt"
+    pinned.write_text("flask==0.0.1 flask\nblinker==1.9.0 blinker\nnot-a-dist==1 x\n")
+    (tmp_path / "root").mkdir()
+
+    with pytest.raises(stage.BuildError) as caught:
+        stage.stage(str(tmp_path / "root"), "24.10", bundled=str(pinned))
+    message = str(caught.value)
+
+    assert f"flask {metadata.version('flask')} (pinned 0.0.1)" in message
+    assert "not-a-dist not installed (pinned 1)" in message and "blinker" not in message
+    assert not os.listdir(tmp_path / "root")
+
+
+# --- the build fronts ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("script", ["build-ipk.sh", "build-apk.sh"])
+def test_help_prints_the_usage_and_builds_nothing(tmp_path, script):
+    result = run_build(script, "--help", tmp_path / "out")
+
+    assert result.returncode == 0, result.stderr
+    assert "QL_PACKAGE_RELEASE" in result.stdout and "SOURCE_DATE_EPOCH" in result.stdout
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("shell", [["busybox", "sh"], ["dash"], ["bash"]], ids=lambda s: s[0])
+@pytest.mark.parametrize("script", ["build-ipk.sh", "build-apk.sh"])
+def test_the_build_fronts_parse_under_every_shell(shell, script):
+    result = subprocess.run([*shell, "-n", os.path.join(ROOT, "scripts", script)],
+                            capture_output=True, text=True)
+
+    assert result.returncode == 0, result.stderr
+
+
+def test_the_package_release_is_part_of_the_version(tmp_path):
+    result = run_build("build-ipk.sh", tmp_path, QL_PACKAGE_RELEASE="7")
+
+    assert result.returncode == 0, result.stderr
+    path = result.stdout.strip()
+    assert os.path.basename(path) == f"qlshadow_{__version__}-r7_all.ipk"
+    with open(path, "rb") as fh:
+        control = members(members(fh.read())["./control.tar.gz"])["./control"].decode()
+    assert f"\nVersion: {__version__}-r7\n" in control
+
+
+def test_a_bad_package_release_is_refused_before_building(tmp_path):
+    result = run_build("build-ipk.sh", tmp_path / "out", QL_PACKAGE_RELEASE="r2")
+
+    assert result.returncode == 1
+    assert result.stderr.strip() == "build-ipk: QL_PACKAGE_RELEASE must be a whole number, not 'r2'"
+    assert not (tmp_path / "out").exists()
+
+
+def test_another_source_date_gives_other_bytes_and_the_same_one_the_same(tmp_path):
+    first = run_build("build-ipk.sh", tmp_path / "a", SOURCE_DATE_EPOCH="1700000000")
+    again = run_build("build-ipk.sh", tmp_path / "b", SOURCE_DATE_EPOCH="1700000000")
+    later = run_build("build-ipk.sh", tmp_path / "c", SOURCE_DATE_EPOCH="1700000001")
+    contents = []
+    for result in (first, again, later):
+        assert result.returncode == 0, result.stderr
+        with open(result.stdout.strip(), "rb") as fh:
+            contents.append(fh.read())
+
+    assert contents[0] == contents[1]
+    assert contents[0] != contents[2]
+
+
+# --- maintainer scripts for apk, as OpenWrt's package-pack.mk makes them ------------------
+
+def test_apk_scripts_run_openwrts_defaults_then_the_package_part():
+    scripts = apk_scripts(b"#!/bin/sh\necho installed\n", b"#!/bin/sh\necho removing\n")
+
+    install = scripts["post-install"].decode()
+    assert install.startswith('#!/bin/sh\n[ "${IPKG_NO_SCRIPT}" = "1" ] && exit 0\n')
+    assert install.endswith('export pkgname="qlshadow"\nadd_group_and_user\ndefault_postinst\n'
+                            'echo installed\n')
+    # An upgrade runs the same with PKG_UPGRADE=1 (default_postinst then keeps the enable
+    # state); one #! line only.
+    upgrade = scripts["post-upgrade"].decode()
+    assert upgrade == "#!/bin/sh\nexport PKG_UPGRADE=1\n" + install.split("\n", 1)[1]
+    remove = scripts["pre-deinstall"].decode()
+    assert remove.endswith("default_prerm\necho removing\n") and remove.count("#!") == 1
+
+
+def test_apk_scripts_parse_under_every_shell(tmp_path):
+    with open(os.path.join(stage.SCRIPTS_DIR, "postinst"), "rb") as a, \
+            open(os.path.join(stage.SCRIPTS_DIR, "prerm"), "rb") as b:
+        scripts = apk_scripts(a.read(), b.read())
+    for name, text in scripts.items():
+        (tmp_path / name).write_bytes(text)
+        for shell in (["busybox", "sh"], ["dash"], ["bash"]):
+            result = subprocess.run([*shell, "-n", str(tmp_path / name)], capture_output=True,
+                                    text=True)
+            assert result.returncode == 0, (name, shell, result.stderr)
+
+
+# --- the apk, read back (needs the apk writer, scripts/pkgbuild/apk.py) -------------------
+
+@pytest.fixture(scope="module")
+def apk(tmp_path_factory) -> dict:
+    if not HAS_APK_WRITER:
+        pytest.skip("scripts/pkgbuild/apk.py (the apk writer) is not in this tree")
+    from pkgbuild.apk import read_apk
+
+    out = tmp_path_factory.mktemp("apk")
+    result = run_build("build-apk.sh", out, QL_PACKAGE_RELEASE="3")
+    assert result.returncode == 0, result.stderr
+    path = result.stdout.strip()
+    return {"path": path, **read_apk(path)}
+
+
+def test_the_apk_names_the_version_release_and_depends(apk):
+    assert os.path.basename(apk["path"]) == f"qlshadow-{__version__}-r3.apk"
+    info = apk["info"]
+    assert info["name"] == "qlshadow" and info["version"] == f"{__version__}-r3"
+    assert info["arch"] == "noarch"
+    assert sorted(str(d) for d in info["depends"]) == sorted(stage.depends("25.12"))
+
+
+def test_the_apk_carries_the_maintainer_scripts_and_apks_records(apk):
+    assert sorted(apk["scripts"]) == ["post-install", "post-upgrade", "pre-deinstall"]
+    assert b"\ndefault_postinst\n" in apk["scripts"]["post-install"]
+    paths = {e["path"] for e in apk["entries"]}
+    for record in ("list", "conffiles", "conffiles_static"):
+        assert f"lib/apk/packages/qlshadow.{record}" in paths
+    assert "usr/lib/qlshadow/vendor/flask/app.py" in paths
+
+
+def test_the_apks_conffile_records_hold_each_conffiles_sha256(tmp_path):
+    from pkgbuild.__main__ import add_apk_records
+
+    tree = tmp_path / "root"
+    (tree / "etc" / "config").mkdir(parents=True)
+    (tree / "etc" / "config" / "x").write_text("option a 1\n")
+    (tree / "usr" / "bin").mkdir(parents=True)
+    (tree / "usr" / "bin" / "x").write_text("#!/bin/sh\n")
+
+    add_apk_records(str(tree), ["/etc/config/x"])
+
+    records = tree / "lib" / "apk" / "packages"
+    assert (records / "qlshadow.list").read_text() == "/etc/config/x\n/usr/bin/x\n"
+    assert (records / "qlshadow.conffiles").read_text() == "/etc/config/x\n"
+    digest = hashlib.sha256(b"option a 1\n").hexdigest()
+    assert (records / "qlshadow.conffiles_static").read_text() == f"/etc/config/x {digest}\n"
+
+
+def test_the_ipk_data_is_the_same_staging_as_the_apks(apk, tmp_path):
+    result = run_build("build-ipk.sh", tmp_path, QL_PACKAGE_RELEASE="3")
+    assert result.returncode == 0, result.stderr
+    with open(result.stdout.strip(), "rb") as fh:
+        data = members(members(fh.read())["./data.tar.gz"])
+    ipk_files = {n[2:] for n, body in data.items() if body is not None}
+    apk_files = {e["path"] for e in apk["entries"] if e["type"] == "file"}
+
+    assert apk_files - ipk_files == {f"lib/apk/packages/qlshadow.{r}"
+                                     for r in ("list", "conffiles", "conffiles_static")}
+    assert ipk_files - apk_files == set()
