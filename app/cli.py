@@ -38,6 +38,10 @@ def _settings(args, server: bool = False) -> config.Settings:
     """The command's settings; a CLI command fills what it was not given from the server's
     record in the data dir, so that it installs the crontab exactly where the server does."""
     settings = config.load(config_file=args.config)
+    # Before anything is made under the data dir (the dir itself, tokens, the database):
+    # its disk may not be mounted yet.
+    from .schema import check_mounted
+    check_mounted(settings)
     read = settings.config_file
     if read and os.path.dirname(os.path.abspath(read)) == os.path.abspath(settings.data_dir):
         # runner.conf or notify.conf, which task.sh and the crontab's notify line name: ours,
@@ -68,8 +72,9 @@ def cmd_serve(args) -> int:
     # among them) start faster and smaller without them.
     from .runtime import watch_clock
     from .serving import serve
+    settings = _settings(args, server=True)
     watch_clock()  # clock steps, for the gate and health (runtime.py)
-    return serve(_settings(args, server=True))
+    return serve(settings)
 
 
 def cmd_db_init(args) -> int:
@@ -665,8 +670,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="qlshadow", description="Legacy-compatible cron status service with Shadow Runs.",
         epilog="Exit status: 0 success; 1 the command failed or said no (one line on stderr); "
                f"2 a usage mistake; {EXIT_INTERNAL} an internal error (a defect: one line on "
-               "stderr, please report it); 75 the database would be created under a mount point "
-               "not mounted yet. `reconcile` also exits 3 when the gate is insufficient.")
+               "stderr, please report it); 75 the data dir or the database would be created under a "
+               "mount point not mounted yet. `reconcile` also exits 3 when the gate is insufficient.")
     parser.add_argument("--config", metavar="PATH",
                         help="KEY=VALUE config file (default: $QL_CONFIG); the environment wins")
     parser.add_argument("--version", action="version", version=f"qlshadow {__version__}")

@@ -10,7 +10,8 @@ _COLUMNS = (("cron", "cron_id"), ("name", "name"), ("schedule", "schedule"),
             ("expected", "expected"), ("runs", "runs"), ("exited", "exited"),
             ("running", "running"), ("failed", "failed"), ("finish_only", "finish_only"),
             ("stuck", "stuck"), ("missed", "missed"), ("double", "double"),
-            ("unmatched", "unmatched_instances"), ("drift", "drift"), ("invalid", "invalid"),
+            ("clock_step", "clock_step"), ("unmatched", "unmatched_instances"),
+            ("drift", "drift"), ("invalid", "invalid"),
             ("verdict", "verdict"))
 
 

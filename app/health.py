@@ -105,6 +105,7 @@ def evaluate(cron: dict, executions: list, firings: Firings, now: int,
     cron whose recent executions hold no success; steps: the clock steps near now
     (reconcile.clock_steps), whose firings are never missed or late.
     """
+    from .reconcile import in_clock_step
     execs = sorted(executions, key=lambda e: e.start, reverse=True)
     grace = cron.get("grace")
     if grace is None:
@@ -136,7 +137,7 @@ def evaluate(cron: dict, executions: list, firings: Firings, now: int,
 
     # Firings the current definition describes: after its creation and its last change.
     judged_from = max(cron["created_at"], cron["updated_at"])
-    due = [f for f in firings.due if f > judged_from and not _stepped(f, steps)]
+    due = [f for f in firings.due if f > judged_from and not in_clock_step(f, steps)]
 
     by_start = sorted(execs, key=lambda e: e.start)
     starts = [e.start for e in by_start]
@@ -190,12 +191,6 @@ def evaluate(cron: dict, executions: list, firings: Firings, now: int,
                  f"Its last execution, started {_when(last.start)}, exited {code}.")
 
 
-def _stepped(firing: int, steps: list) -> bool:
-    """True when the firing lies in a clock step's window: crond skipped it, started it
-    late or twice (reconcile.in_clock_step)."""
-    return any(lo <= firing < hi for lo, hi, *_ in steps)
-
-
 def firing_started(firing: int, starts: list, by_start: list, grace: int) -> bool:
     """Whether a record stands for the firing: one starting from it until its grace ran
     out; a known manual run only in the firing's own minute (as in the gate)."""
@@ -212,10 +207,11 @@ def missed_firings(cron: dict, executions: list, expected: list, grace: int, now
                    steps: list = ()) -> int:
     """How many of the firings in `expected` have no record and are past their grace (none
     in a clock step)."""
+    from .reconcile import in_clock_step
     by_start = sorted(executions, key=lambda e: e.start)
     starts = [e.start for e in by_start]
     return sum(1 for f in expected
-               if now >= f + _MINUTE + grace and not _stepped(f, steps)
+               if now >= f + _MINUTE + grace and not in_clock_step(f, steps)
                and not firing_started(f, starts, by_start, grace))
 
 

@@ -122,14 +122,21 @@ def cron_rows(page: int, size: int, now: int, shadow: bool) -> dict:
     crons = {c["id"]: c for c in Cron.select().where(Cron.id.in_(ids)).dicts()} if ids else {}
     recent = health.recent_executions(ids, shadow) if ids else {}
     schedules = health.Schedules(now)  # health's own firings reader, shared by every row
+    steps = _clock_steps(now) if ids else []
     rows = []
     for cron_id in ids:
         cron = crons.get(cron_id)
         if cron is None:  # deleted between the two reads
             continue
         state = by_id.get(cron_id) or unevaluated(cron)
-        rows.append(cron_summary(cron, recent.get(cron_id, []), state, schedules, now))
+        rows.append(cron_summary(cron, recent.get(cron_id, []), state, schedules, now, steps))
     return {"rows": rows, "total": total}
+
+
+def _clock_steps(now: int) -> list:
+    """The recorded clock steps as far back as a strip looks (a few rows, read whole)."""
+    from .reconcile import clock_steps
+    return clock_steps(now - _STRIP_WINDOWS[-1], now + 1)
 
 
 def cron_detail(cron: dict, now: int, shadow: bool) -> tuple:
@@ -137,7 +144,8 @@ def cron_detail(cron: dict, now: int, shadow: bool) -> tuple:
     found = health.read_all(now, shadow=shadow, cron_id=cron["id"])
     found = found[0] if found else unevaluated(cron)
     recent = health.recent_executions([cron["id"]], shadow)[cron["id"]]
-    return found, cron_summary(cron, recent, found, health.Schedules(now), now)
+    return found, cron_summary(cron, recent, found, health.Schedules(now), now,
+                               _clock_steps(now))
 
 
 def unevaluated(cron: dict) -> dict:
@@ -148,7 +156,8 @@ def unevaluated(cron: dict) -> dict:
             "running_since": None}
 
 
-def cron_summary(cron: dict, executions: list, found: dict, schedules, now: int) -> dict:
+def cron_summary(cron: dict, executions: list, found: dict, schedules, now: int,
+                 steps: list = ()) -> dict:
     """The fields a cron's line on the page shows: its health and its strip."""
     status = CRON_STATUS.get(cron["status"], str(cron["status"]))
     if cron["is_disabled"]:
@@ -169,7 +178,7 @@ def cron_summary(cron: dict, executions: list, found: dict, schedules, now: int)
         "last_start": found["last_start"] or cron["last_execution_time"],
         "grace": found["grace"], "last_duration": duration,
         "last_exit_code": finished.exit_code if finished else None,
-        "strip": strip_slots(cron, executions, found, schedules, now),
+        "strip": strip_slots(cron, executions, found, schedules, now, steps=steps),
     }
 
 
@@ -197,10 +206,11 @@ def _execution_slot(e, newest: bool, found: dict) -> dict:
 
 
 def strip_slots(cron: dict, executions: list, found: dict, schedules, now: int,
-                n: int = STRIP) -> list:
+                n: int = STRIP, steps: list = ()) -> list:
     """The newest n slots, oldest first: each execution, and each firing of the schedule
-    that has no record (missed once its grace ran out, late before)."""
-    from .reconcile import is_active
+    that has no record (missed once its grace ran out, late before; a clock step when it
+    lies in a recorded step of the clock, as the gate and health judge it)."""
+    from .reconcile import in_clock_step, is_active
     execs = sorted(executions, key=lambda e: e.start)
     slots = [_execution_slot(e, i == len(execs) - 1, found) for i, e in enumerate(execs)]
     grace = found.get("grace")
@@ -218,10 +228,13 @@ def strip_slots(cron: dict, executions: list, found: dict, schedules, now: int,
             if since == lo or len(gaps) + sum(s >= since for s in starts) >= n:
                 break
         for f in gaps:
-            missed = now >= f + _MINUTE + grace
-            slots.append({"start": f, "since": None, "kind": "missed" if missed else "late",
-                          "label": ("no record: missed" if missed
-                                    else "no record yet, still within its grace")})
+            if in_clock_step(f, steps):
+                kind, label = "clock_step", "no record, in a step of the host's clock: not missed"
+            elif now >= f + _MINUTE + grace:
+                kind, label = "missed", "no record: missed"
+            else:
+                kind, label = "late", "no record yet, still within its grace"
+            slots.append({"start": f, "since": None, "kind": kind, "label": label})
     slots.sort(key=lambda s: s["start"])
     return slots[-n:]
 

@@ -276,7 +276,8 @@ def clock_steps(since: int, until: int) -> list:
 
 
 def in_clock_step(at: int, steps: list):
-    """The clock step whose window holds the instant, or None."""
+    """The clock step whose window holds the instant, or None: the one test of whether a
+    firing is judged `clock step` (the gate, health and the page's strip all ask it)."""
     return next((step for step in steps if step[0] <= at < step[1]), None)
 
 

@@ -43,7 +43,7 @@ class SchemaError(Unavailable):
 
 
 class NotMounted(Unavailable):
-    """The database would be created under a mount point that is not mounted yet."""
+    """The data dir or database would be created under a mount point not mounted yet."""
     exit_status = 75  # EX_TEMPFAIL: the service starts again when the mount appears
 
 
@@ -78,23 +78,28 @@ def mount_targets(fstab: str) -> list:
     return [os.path.normpath(t) for t in targets if t.startswith("/") and os.path.normpath(t) != "/"]
 
 
-def check_mounted(path: str, fstabs: tuple | None = None) -> None:
-    """Refuse to create a database file under a configured mount point not mounted yet.
+def check_mounted(settings) -> None:
+    """Refuse to create the data directory or the SQLite database under a configured mount
+    point not mounted yet (every command asks first, before it touches either).
 
-    Started before its disk (a USB stick) is mounted, the service would create an empty
-    database on the filesystem beneath the mount point and keep writing there, hidden once
-    the disk is mounted. An existing database is never refused: it was made on purpose.
+    Started before its disk (a USB stick) is mounted, the service would create the data
+    directory, its files and an empty database on the filesystem beneath the mount point
+    and keep writing there, hidden once the disk is mounted. What exists already is never
+    refused: it was made on purpose.
     """
-    if os.path.exists(path):
-        return
-    where = os.path.realpath(os.path.dirname(os.path.abspath(path)))
-    for fstab in FSTABS if fstabs is None else fstabs:
-        for target in mount_targets(fstab):
-            if (where == target or where.startswith(target + os.sep)) \
-                    and not os.path.ismount(target):
-                raise NotMounted(f"{target} is a mount point in {fstab} that is not mounted: "
-                                 f"not creating the database {path} beneath it; start again "
-                                 "once it is mounted")
+    from .config import sqlite_file
+    for what, path in (("the data directory", settings.data_dir),
+                       ("the database", sqlite_file(settings.db_url))):
+        if path is None or os.path.exists(path):
+            continue
+        where = os.path.realpath(os.path.abspath(path))
+        for fstab in FSTABS:
+            for target in mount_targets(fstab):
+                if (where == target or where.startswith(target + os.sep)) \
+                        and not os.path.ismount(target):
+                    raise NotMounted(f"{target} is a mount point in {fstab} that is not "
+                                     f"mounted: not creating {what} {path} beneath it; start "
+                                     "again once it is mounted")
 
 
 # --- helpers for steps: each skips what is already there ------------------------------------
@@ -355,8 +360,6 @@ def upgrade_schema(cause: Callable[[BaseException], str] = _first_line) -> str:
     sqlite = isinstance(db, SqliteDatabase)
     ShadowRun._meta.without_rowid = sqlite
     mode = ""
-    if sqlite:
-        check_mounted(db.database)  # connecting creates the file
     with db.connection_context():
         if sqlite:
             # A page size holds only from the file's first write; an existing database

@@ -125,6 +125,19 @@ def test_the_gate_judges_firings_skipped_across_a_step_as_clock_step(stepped_his
                for reason in report["reasons"])
 
 
+def test_the_reconcile_table_has_a_clock_step_column(stepped_history):
+    from qlshadow.gate_report import format_report
+    from qlshadow.reconcile import reconcile
+    cron_id, since, end, skipped = stepped_history
+    with db.connected():
+        _boot_step(since + 2 * HOUR - 30, 2 * HOUR - 60)
+        data = reconcile(since, end, cron_id, now=end + 59)
+    header, row = format_report(data).splitlines()[1:3]
+    counted = header.split()[3:]  # the columns after cron, name and schedule (which has spaces)
+    cells = dict(zip(counted, row.split()[-len(counted):], strict=True))
+    assert (cells["clock_step"], cells["missed"], cells["verdict"]) == ("12", "0", "pass")
+
+
 def test_a_clock_set_back_runs_minutes_again_and_that_is_no_double(client, auth):
     end = int(time.time()) // HOUR * HOUR - HOUR
     since = end - 6 * HOUR

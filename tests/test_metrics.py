@@ -245,6 +245,23 @@ def test_missed_firings_are_counted_from_the_stored_history(client, auth, scrape
     assert series[("qlshadow_cron_missed_total", None)] == 2
 
 
+def test_firings_in_a_step_of_the_clock_are_not_counted_missed(client, auth, scrape):
+    from qlshadow.runtime import record_step
+    from reconcile_history import fire, local_zone, new_cron
+    with local_zone("UTC"):
+        now = int(time.time())
+        first = now - now % 600 - 12 * 600
+        cron = new_cron(client, auth, "*/10 * * * *", first - 60)
+        skipped = (first + 3 * 600, first + 4 * 600)
+        for at in range(first, now + 1, 600):
+            if at not in skipped:
+                fire(client, auth, cron, at)
+        assert cron_series(scrape(), cron)[("qlshadow_cron_missed_total", None)] == 2
+        record_step(1200, skipped[0] - 30, skipped[1] + 30, skipped[1] + 30)  # crond jumped both
+        series = cron_series(scrape(), cron)
+    assert series[("qlshadow_cron_missed_total", None)] == 0
+
+
 def test_free_bytes_and_the_crontab_install_state_are_reported(make_settings, tmp_path):
     from qlshadow.views import create_app
     settings = make_settings(QL_SCHEDULER="system", QL_CRONTAB_INSTALL="true {file}",

@@ -179,6 +179,28 @@ def test_a_firing_still_within_its_grace_is_drawn_late_and_older_ones_missed(pag
     assert 'class="state missed">Missed a firing<' in row_of(html, "every-minute")
 
 
+def test_firings_in_a_step_of_the_clock_are_drawn_as_clock_steps_not_missed(page, feed,
+                                                                           make_cron):
+    from qlshadow.runtime import record_step
+    now = int(time.time())
+    base = now // 600 * 600  # the newest firing of */10
+    cron = make_cron(name="stepped", schedule="*/10 * * * *")["id"]
+    backdate(cron, now - (base - 180 * 60))
+    for minutes in (170, 160, 150, 140, 130, 120, 110, 100, 10, 0):
+        feed.run(cron, base - minutes * 60 + 1)
+    pattern = r'<rect class="(ok|failed|missed|late|clock_step)"'
+    kinds = re.findall(pattern, row_of(html_of(page, "/page/"), "stepped"))
+    assert kinds == ["ok"] * 8 + ["missed"] * 8 + ["ok"] * 2
+    # The clock jumped over the firings from 90 to 30 minutes ago: crond ran none of them.
+    record_step(3600, base - 95 * 60, base - 25 * 60, base - 25 * 60)
+    row = row_of(html_of(page, "/page/"), "stepped")
+    assert re.findall(pattern, row) == ["ok"] * 8 + ["clock_step"] * 7 + ["missed"] + ["ok"] * 2
+    assert "7 clock step" in row and "1 missed" in row
+    assert "in a step of the host&#39;s clock: not missed" in row
+    assert re.findall(pattern, html_of(page, f"/page/crons/{cron}")) == re.findall(pattern, row)
+    assert "dotted grey outlines are firings in a step of the host" in html_of(page, "/page/")
+
+
 def test_a_stuck_run_is_drawn_unlike_a_live_one(page, feed, make_cron):
     now = int(time.time())
     hung = make_cron(name="hung", schedule="0 0 1 1 *")["id"]
