@@ -43,8 +43,9 @@ def _job(settings, number: int, text: str) -> Line:
     if special.startswith("@"):
         schedule = SHORTHANDS.get(special.lower())
         if schedule is None:
-            return Line(number, text, problem=f"{special} names no time of day qlshadow's "
-                        "crontab lines can carry (@reboot: they run nothing at boot)")
+            why = ("qlshadow's crontab lines run nothing at boot" if special == "@reboot"
+                   else "not a schedule every cron daemon reads")
+            return Line(number, text, problem=f"{special}: {why}")
         command = rest.strip()
     else:
         match = _JOB.fullmatch(text)
@@ -130,7 +131,7 @@ def chosen(listed: list, numbers: list) -> list:
             raise InvalidInput(f"line {number} is not a job line of the crontab outside "
                                "qlshadow's block; `qlshadow adopt` lists them.")
         if line.problem:
-            raise InvalidInput(f"line {number} cannot be adopted: {line.problem}.")
+            raise InvalidInput(f"line {number} cannot be adopted: {line.problem.rstrip('.')}.")
         out.append(line)
     return out
 
@@ -156,7 +157,7 @@ def adopt(settings, lines: list, names: list | None = None) -> tuple:
             if line.number not in now or now[line.number].text != line.text:
                 raise InvalidInput(f"line {line.number} changed since it was listed; list "
                                    "again with `qlshadow adopt`.")
-        return tuple(line.text.encode("utf-8") for line in lines)
+        return tuple((line.number, line.text.encode("utf-8")) for line in lines)
 
     def apply(planned):
         made = []

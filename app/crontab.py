@@ -552,17 +552,19 @@ def _old_whole_crontab_lines(settings, lines: list) -> set:
 
 
 def _dropped(lines: list, taken: set, drop: tuple) -> set:
-    """Indexes of the first line outside taken equal to each of drop (line ends aside)."""
+    """Indexes of the lines to drop: (line number, text) pairs, each the line at its number
+    when it still has that text (line ends aside), else the first such line outside taken."""
     gone: set = set()
-    for wanted in drop:
-        gone.update(next(([i] for i, text in enumerate(lines) if i not in taken | gone
-                          and text.rstrip(b"\r\n") == wanted), []))
+    for number, wanted in drop:
+        order = [number - 1] + list(range(len(lines)))
+        gone.update(next(([i] for i in order if 0 <= i < len(lines) and i not in taken | gone
+                          and lines[i].rstrip(b"\r\n") == wanted), []))
     return gone
 
 
 def compose(settings, current: bytes, content: str | None, drop: tuple = ()) -> bytes:
     """current with our block replaced by content (None: removed); all else byte for byte,
-    but for the user's lines in drop (`qlshadow adopt`), each taken out once.
+    but for the user's lines in drop, (line number, text) pairs (`qlshadow adopt`).
 
     Our block is found by markers naming our data dir in any spelling. A new block goes at
     the end; several blocks that each pair up (one per spelling, or a doubled crontab)

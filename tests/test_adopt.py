@@ -97,6 +97,17 @@ def test_a_line_adopted_later_joins_the_block_the_first_one_made(settings, count
     assert installs() == 2 and len(table_rows(Cron)) == 2
 
 
+def test_of_two_identical_lines_adopting_one_leaves_the_other(settings, counted, tmp_path):
+    target, installs = counted
+    twice = b"0 4 * * * /sbin/reboot\n# between\n0 4 * * * /sbin/reboot\n"
+    target.put(twice, tmp_path)
+
+    adopt_lines(settings, [3])
+
+    assert target.get() == b"0 4 * * * /sbin/reboot\n# between\n" + block(settings)
+    assert len(table_rows(Cron)) == 1
+
+
 @pytest.mark.parametrize("numbers, said", [
     ([99], "line 99 is not a job line"), ([3], "line 3 is not a job line"),
     ([8], "line 8 is not a job line"), ([2], "line 2 cannot be adopted: an environment setting"),
