@@ -39,14 +39,14 @@ class Line:
 
 
 def _job(settings, number: int, text: str) -> Line:
-    special, _, rest = text.strip().partition(" ")
+    special, *rest = text.split(None, 1)
     if special.startswith("@"):
         schedule = SHORTHANDS.get(special.lower())
         if schedule is None:
-            why = ("qlshadow's crontab lines run nothing at boot" if special == "@reboot"
+            why = ("qlshadow's crontab lines run nothing at boot" if special.lower() == "@reboot"
                    else "not a schedule every cron daemon reads")
             return Line(number, text, problem=f"{special}: {why}")
-        command = rest.strip()
+        command = rest[0] if rest else ""
     else:
         match = _JOB.fullmatch(text)
         if not match:
@@ -60,12 +60,11 @@ def _job(settings, number: int, text: str) -> Line:
             return Line(number, text, schedule, command,
                         f"the command holds {why}; add it with `qlshadow cron add`")
     from .crons import validate
-    from .crontab import CronTooLong, check_cron
     try:
         values = validate({"name": default_name(command), "command": command,
                            "schedule": schedule}, partial=False)
-        check_cron(settings, values)
-    except (InvalidInput, CronTooLong) as exc:
+        crontab.check_cron(settings, values)
+    except (InvalidInput, crontab.CronTooLong) as exc:
         return Line(number, text, schedule, command, str(exc))
     return Line(number, text, values["schedule"], command)
 

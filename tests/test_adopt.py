@@ -18,7 +18,7 @@ from test_crontab_block import USER_CRONTAB, Target, block, busybox_target  # no
 
 # USER_CRONTAB's lines as numbered in the crontab: 1 SHELL=, 2 MAILTO=, 4 the reboot,
 # 6 a look-alike of our lines, 7-9 another installation's block, 11 the weekly echo.
-EXTRA = (b"@reboot /etc/init.d/late start\n@daily /usr/bin/backup --all\n"
+EXTRA = (b"@reboot /etc/init.d/late start\n@daily\t/usr/bin/backup --all\n"
          b"5/10 * * * * echo ambiguous\n0 1 * * * date +%F\n")
 CRONTAB = USER_CRONTAB + EXTRA  # 12 @reboot, 13 @daily, 14 5/10, 15 the '%'
 
@@ -76,7 +76,7 @@ def test_two_adopted_lines_become_two_crons_and_leave_the_user_s_part_in_one_ins
     assert [(line.number, cron["id"]) for line, cron in adopted] == [
         (4, crons[0]["id"]), (13, crons[1]["id"])]
     user = CRONTAB.replace(b"0 4 * * * /sbin/reboot\n", b"").replace(
-        b"@daily /usr/bin/backup --all\n", b"")
+        b"@daily\t/usr/bin/backup --all\n", b"")
     assert target.get() == user + block(settings)
     assert b" /sbin/reboot\n" in block(settings) and b"'/usr/bin/backup --all'\n" in block(settings)
     assert installs() == 1
