@@ -1,5 +1,5 @@
 """The qlshadow command: serve, db init, app, token, cron, crontab, runs, log, reconcile,
-prune, backup, notify, accept-failures, import.
+prune, backup, notify, accept-failures, import, adopt.
 
 Every command prints one clear line on stderr and exits non-zero when it fails. Data
 commands print a table for people (times in the box's local time, --utc for UTC) and
@@ -306,6 +306,37 @@ def cmd_import(args) -> int:
                 print(f"qlshadow: crontab: {outcome}", file=sys.stderr)
     sys.stdout.write(qlimport.report(entries, args.dry_run))
     return 1 if any(e["outcome"] == qlimport.REFUSED for e in entries) else 0
+
+
+def cmd_adopt(args) -> int:
+    """adopt: list the crontab's own lines; adopt N...: make crons of them (app/adopt.py)."""
+    from . import adopt
+    settings = _settings(args)  # listing reads only the crontab, not the database
+    try:
+        listed = adopt.listing(settings)
+        if not args.lines:
+            columns = [Column("line", right=True), Column("schedule"), Column("command", shrink=True),
+                       Column("adoptable", shrink=True)]
+            rows = [[line.number, line.schedule, line.command or line.text,
+                     "not: " + line.problem if line.problem else "yes"] for line in listed]
+            if not listed:
+                print("no lines of the crontab outside qlshadow's block")
+            else:
+                sys.stdout.write(table(columns, rows, terminal_width()))
+            return 0
+        lines = adopt.chosen(listed, args.lines)
+        database, _ = db.open_database(settings, create=True)
+        with database.connection_context():
+            adopted, outcome = adopt.adopt(settings, lines, args.name)
+    except crontab.CrontabError as exc:
+        raise CliError(f"nothing was adopted: {exc}") from None
+    print(f"qlshadow: crontab: {outcome}", file=sys.stderr)
+    columns = [Column("line", right=True), Column("id", right=True), Column("name", shrink=True),
+               Column("schedule"), Column("command", shrink=True)]
+    sys.stdout.write(table(columns, [[line.number, cron["id"], cron["name"], cron["schedule"],
+                                      cron["command"]] for line, cron in adopted],
+                           terminal_width()))
+    return 0
 
 
 # RunningInstance.status codes as words (3: exited with a non-zero code), in code order.
@@ -739,6 +770,15 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("path", metavar="PATH")
     q.add_argument("--dry-run", action="store_true", help="print what would be done, write nothing")
     q.set_defaults(func=cmd_import)
+
+    p = sub.add_parser("adopt", help="list the crontab's own lines (outside qlshadow's "
+                       "block); with line numbers, make crons of them and take them out of "
+                       "the user's part in the same install")
+    p.add_argument("lines", type=_positive, nargs="*", metavar="LINE",
+                   help="line numbers as the listing shows them")
+    p.add_argument("--name", action="append", metavar="NAME", help="the name of the cron "
+                   "made of each line, in order (default: the command's first words)")
+    p.set_defaults(func=cmd_adopt)
 
     p = sub.add_parser("runs", help="list executions newest first: Shadow Runs, or Legacy "
                        "instances when Shadow is off (or with --legacy)")

@@ -29,6 +29,7 @@ FILE_KEYS = frozenset({
     "QL3_SHADOW_FAILURE_CAP", "QL_MAX_BODY", "QL_BASE_URL", "QL_CALLBACK_TIMEOUT", "QL_DB_TIMEOUT",
     "QL_RETENTION_DAYS", "QL_RETENTION_ROWS_PER_CRON", "QL_RETENTION_LOGS_PER_CRON",
     "QL_RETENTION_LOG_DAYS", "QL_SQLITE_SYNCHRONOUS", "QL_STORAGE_BUDGET", "QL_PAGE_HOSTS",
+    "QL_SCRIPTS_DIR", "QL_ENV_FILE",
 })
 
 # Notification settings (docs/NOTIFY.md), read by qlshadow.notify only, never by the
@@ -110,6 +111,10 @@ class Settings:
     storage_budget: int = DEFAULT_STORAGE_BUDGET  # bytes; 0: no budget
     # Host names the status page answers at besides its own (views/page.py), lowercase.
     page_hosts: frozenset = field(default_factory=frozenset)
+    # QingLong's `task` runner (shell/ql-task.sh) through runner.env; None: unset.
+    scripts_dir: str | None = None  # None: $QL_DATA_DIR/scripts
+    env_file: str | None = None
+    notify_file: str | None = None
     config_file: str | None = None
     # The keys whose value came from the config file (the environment did not override
     # them): such a value (a database password) need not be repeated on crontab lines,
@@ -288,6 +293,17 @@ def check_base_url(raw: str) -> str:
     return url
 
 
+def check_path(key: str, raw: str, absolute: bool = True) -> str | None:
+    """An optional path setting: None when empty; one line, absolute unless told."""
+    path = raw.strip()
+    if not path:
+        return None
+    if any(c in path for c in "\n\r\0") or (absolute and not path.startswith("/")):
+        raise ConfigError(f"{key}={raw!r} must be {'an absolute path' if absolute else 'a path'} "
+                          "on one line")
+    return path
+
+
 def _command_words(key: str, raw: str) -> list:
     try:
         return shlex.split(raw)
@@ -382,6 +398,10 @@ def load(environ: Mapping[str, str] | None = None, config_file: str | None = Non
         storage_budget=parse_size("QL_STORAGE_BUDGET",
                                   merged.get("QL_STORAGE_BUDGET", DEFAULT_BUDGET_TEXT)),
         page_hosts=parse_page_hosts(merged.get("QL_PAGE_HOSTS", "")),
+        scripts_dir=check_path("QL_SCRIPTS_DIR", merged.get("QL_SCRIPTS_DIR", "")),
+        env_file=check_path("QL_ENV_FILE", merged.get("QL_ENV_FILE", "")),
+        # Relative is allowed here as notify_sources allows it (an absolute path from the cwd).
+        notify_file=check_path("QL_NOTIFY_FILE", merged.get("QL_NOTIFY_FILE", ""), absolute=False),
         config_file=path,
         file_keys=frozenset(file_values.keys() - from_env.keys()),
         given_keys=frozenset(merged),

@@ -301,14 +301,22 @@ def prepare_runner(settings) -> None:
     """Write runner.env, runner.conf and a valid runner token for task.sh (all 0600).
 
     runner.env holds what task.sh reads (service URL, qlshadow command, callback
-    timeout); runner.conf is a config file for `qlshadow token runner`, so the database
-    URL reaches that command without being on a crontab line or in a task's environment.
+    timeout) and, when set, the paths ql-task.sh reads; runner.conf is a config file for
+    `qlshadow token runner`, so the database URL reaches that command without being on a
+    crontab line or in a task's environment.
     """
     data = real_data_dir(settings)
     timeout = getattr(settings, "callback_timeout", None) or 5
     shell_env = (f"ql_base_url={_one_line('QL_BASE_URL', base_url(settings))}\n"
                  f"ql_cli={_one_line('the qlshadow command', cli_command())}\n"
                  f"ql_timeout={int(timeout) if float(timeout) >= 1 else 1}\n")
+    # QingLong's `task` runner (shell/ql-task.sh) reads these when the task's environment
+    # has none: crond gives it almost none. Real paths, so a later cd changes nothing.
+    for name, key, value in (("ql_scripts_dir", "QL_SCRIPTS_DIR", "scripts_dir"),
+                             ("ql_notify_file", "QL_NOTIFY_FILE", "notify_file"),
+                             ("ql_env_file", "QL_ENV_FILE", "env_file")):
+        if getattr(settings, value, None):
+            shell_env += f"{name}={_one_line(key, os.path.realpath(getattr(settings, value)))}\n"
     conf = "".join(f'{key}="{_one_line(key, value)}"\n' for key, value in (
         ("QL_DATA_DIR", data), ("QL_DB_URL", _absolute_db_url(settings.db_url)),
         ("QL_DB_TIMEOUT", str(settings.db_timeout))))
@@ -406,7 +414,8 @@ RECORD = "crontab-settings.json"
 # Installing is decided by these together: a command given one of them takes none from
 # the record, or it could read one crontab and install into another.
 INSTALL_KEYS = ("QL_CRONTAB_INSTALL", "QL_CRONTAB_LIST")
-RECORDED_KEYS = ("QL_SCHEDULER", "QL_CRONTAB_FILE", "QL_BASE_URL", "QL_CALLBACK_TIMEOUT")
+RECORDED_KEYS = ("QL_SCHEDULER", "QL_CRONTAB_FILE", "QL_BASE_URL", "QL_CALLBACK_TIMEOUT",
+                 "QL_SCRIPTS_DIR", "QL_NOTIFY_FILE", "QL_ENV_FILE")
 
 
 def _record_values(settings) -> dict:
@@ -415,7 +424,15 @@ def _record_values(settings) -> dict:
             "QL_CRONTAB_INSTALL": settings.crontab_install,
             "QL_CRONTAB_LIST": settings.crontab_list,
             "QL_BASE_URL": settings.base_url,
-            "QL_CALLBACK_TIMEOUT": str(settings.callback_timeout)}
+            "QL_CALLBACK_TIMEOUT": str(settings.callback_timeout),
+            # runner.env's paths for ql-task.sh: a CLI change rewrites runner.env too.
+            "QL_SCRIPTS_DIR": _real_or_empty(settings.scripts_dir),
+            "QL_NOTIFY_FILE": _real_or_empty(settings.notify_file),
+            "QL_ENV_FILE": _real_or_empty(settings.env_file)}
+
+
+def _real_or_empty(path: str | None) -> str:
+    return os.path.realpath(path) if path else ""
 
 
 def record_settings(settings) -> None:
@@ -534,8 +551,20 @@ def _old_whole_crontab_lines(settings, lines: list) -> set:
                   if b" ID=" in text and any(name in text for name in names)}
 
 
-def compose(settings, current: bytes, content: str | None) -> bytes:
-    """current with our block replaced by content (None: removed); all else byte for byte.
+def _dropped(lines: list, taken: set, drop: tuple) -> set:
+    """Indexes of the lines to drop: (line number, text) pairs, each the line at its number
+    when it still has that text (line ends aside), else the first such line outside taken."""
+    gone: set = set()
+    for number, wanted in drop:
+        order = [number - 1] + list(range(len(lines)))
+        gone.update(next(([i] for i in order if 0 <= i < len(lines) and i not in taken | gone
+                          and lines[i].rstrip(b"\r\n") == wanted), []))
+    return gone
+
+
+def compose(settings, current: bytes, content: str | None, drop: tuple = ()) -> bytes:
+    """current with our block replaced by content (None: removed); all else byte for byte,
+    but for the user's lines in drop, (line number, text) pairs (`qlshadow adopt`).
 
     Our block is found by markers naming our data dir in any spelling. A new block goes at
     the end; several blocks that each pair up (one per spelling, or a doubled crontab)
@@ -548,6 +577,7 @@ def compose(settings, current: bytes, content: str | None) -> bytes:
     kinds = [is_begin for _, is_begin in marks]
     if not marks:
         old = _old_whole_crontab_lines(settings, lines)
+        old |= _dropped(lines, old, drop)
         before = b"".join(text for i, text in enumerate(lines) if i not in old)
         after = b""
     elif len(kinds) % 2 == 0 and kinds == [True, False] * (len(kinds) // 2):
@@ -555,7 +585,8 @@ def compose(settings, current: bytes, content: str | None) -> bytes:
         for (first, _), (last, _) in zip(marks[0::2], marks[1::2], strict=True):
             inside.update(range(first, last + 1))
         start = marks[0][0]
-        before = b"".join(lines[:start])
+        inside |= _dropped(lines, inside, drop)
+        before = b"".join(text for i, text in enumerate(lines[:start]) if i not in inside)
         after = b"".join(text for i, text in enumerate(lines) if i > start and i not in inside)
     else:
         raise CrontabError(f"the crontab holds the line {begin!r} {kinds.count(True)} and "
@@ -672,13 +703,13 @@ def _other_text(settings, seen: bytes, wanted: bytes, before: bytes) -> bytes:
     return seen
 
 
-def _install(settings, content: str | None) -> bool:
+def _install(settings, content: str | None, drop: tuple = ()) -> bool:
     """Put our block with this content (None: no block) into the crontab; True when the
     crontab had to be installed. Read back after each install (see INSTALL_ATTEMPTS)."""
     actual = base = read_crontab(settings)
     verify = bool(settings.crontab_list.strip())
     for attempt in range(INSTALL_ATTEMPTS):
-        wanted = compose(settings, base, content)
+        wanted = compose(settings, base, content, drop)
         if wanted == actual:
             return attempt > 0
         try:
@@ -699,6 +730,8 @@ def _install(settings, content: str | None) -> bool:
             return True  # installed, not verifiable now: the next change reads it again
         if failure is not None and seen == actual:
             raise failure  # the crontab is as it was: our install failed by itself
+        if seen == wanted:
+            drop = ()  # taken out: the same text once more would be another line
         base = _other_text(settings, seen, wanted, actual)
         actual = seen
     raise CrontabError(f"another program changed the crontab during each of {INSTALL_ATTEMPTS} "
@@ -716,7 +749,7 @@ def write(settings, text: str) -> str:
     return path
 
 
-def _put(settings, content: str, active: int) -> str:
+def _put(settings, content: str, active: int, drop: tuple = ()) -> str:
     """Install our block (none when no line is active), then write the block file.
 
     The file is written only after the install succeeded, so that it always holds what
@@ -729,7 +762,7 @@ def _put(settings, content: str, active: int) -> str:
     if not settings.crontab_install.strip():
         write(settings, content)
         return f"wrote {path}; installed nothing (QL_CRONTAB_INSTALL is empty)"
-    installed = _install(settings, content if active else None)
+    installed = _install(settings, content if active else None, drop)
     write(settings, content)
     if active:  # on OpenWrt crond may not run at all (app/crond.py)
         from .crond import ensure_running
@@ -848,7 +881,8 @@ class _DryRun(Exception):
         self.result, self.rows = result, rows
 
 
-def change(settings, apply: Callable[[Any], T]) -> tuple[T, str]:
+def change(settings, apply: Callable[[Any], T],
+           take: Callable[[bytes], tuple] | None = None) -> tuple[T, str]:
     """Make a cron change only when the crontab that follows from it installs.
 
     apply(planned) makes the change inside a write transaction, twice: first as a dry run
@@ -857,10 +891,15 @@ def change(settings, apply: Callable[[Any], T]) -> tuple[T, str]:
     with). No write transaction is open while the install command runs. A failed install
     raises CrontabError with nothing changed; a commit that fails after the install puts
     the crontab back as the database has it. Returns (apply's result, what was done where).
+
+    take(crontab), when given, runs first under the lock with the crontab as read then and
+    returns lines of the user's to take out in the same install (or raises to refuse).
     """
     from .db import connected, write_transaction
     with _Lock(settings), connected():
         _check_installer(settings)  # this command's problem, not the server's state
+        original = read_crontab(settings) if take else b""
+        drop = take(original) if take else ()
         try:
             try:
                 with write_transaction():
@@ -871,7 +910,7 @@ def change(settings, apply: Callable[[Any], T]) -> tuple[T, str]:
             # not even the runner token.
             prepare_runner(settings)
             content, active = render_rows(settings, rows)
-            outcome = _put(settings, content, active)
+            outcome = _put(settings, content, active, drop)
         except CrontabError as exc:
             _note_state(settings, str(exc))
             raise
@@ -880,6 +919,8 @@ def change(settings, apply: Callable[[Any], T]) -> tuple[T, str]:
                 result = apply(planned)
         except BaseException:
             try:
+                if drop:  # the user's lines taken out come back with the crontab as it was
+                    _install_bytes(settings, original)
                 _sync_locked(settings)
             except CrontabError:
                 pass  # kept for install_state by _sync_locked

@@ -10,7 +10,8 @@
 # only `export KEY=VALUE` lines count, VALUE bare, in single quotes or in double quotes
 # (\" \\ \$ \` escapes, nothing expanded), and every other line is ignored.
 # QL_SCRIPTS_DIR, QL_NOTIFY_FILE and QL_ENV_FILE come from the environment, else from
-# $QL_DATA_DIR/runner.env (ql_scripts_dir=, ql_notify_file=, ql_env_file=).
+# $QL_DATA_DIR/runner.env (ql_scripts_dir=, ql_notify_file=, ql_env_file=), which qlshadow
+# writes from its settings of those names.
 #
 # Failures are one line on stderr, which task.sh writes to the task log: exit 127 when the
 # script, its interpreter or its kind is missing, 2 for QingLong's forms we do not run

@@ -132,6 +132,7 @@ BAD_VALUES = [
     ("QL3_SHADOW_FAILURE_CAP", "lots"), ("QL_HOST", "a b"), ("QL_DATA_DIR", " "),
     ("QL_SQLITE_SYNCHRONOUS", "off"), ("QL_SQLITE_SYNCHRONOUS", "FULL"),
     ("QL_SQLITE_SYNCHRONOUS", "1"), ("QL_SQLITE_SYNCHRONOUS", ""),
+    ("QL_SCRIPTS_DIR", "scripts"), ("QL_ENV_FILE", "/ql/env\n.sh"), ("QL_NOTIFY_FILE", "a\rb"),
 ]
 
 

@@ -28,6 +28,7 @@ SAMPLES = {
     "max_body": "4096", "retention_days": "10", "retention_rows_per_cron": "20",
     "retention_logs_per_cron": "5", "retention_log_days": "3", "storage_budget": "4M",
     "shadow_origins": "scheduled_system,manual", "shadow_failure_cap": "50",
+    "scripts_dir": "/mnt/usb/ql/scripts", "env_file": "/mnt/usb/ql/env.sh",
 }
 
 
@@ -88,6 +89,7 @@ BAD = [
     ("base_url", "http://h/a b"), ("host", "a b"), ("max_body", "100"),
     ("callback_timeout", "301"), ("retention_days", "-1"), ("shadow_failure_cap", "x"),
     ("page_hosts", "https://router.lan"),
+    ("scripts_dir", "scripts"), ("env_file", "ql/env.sh"),
 ]
 
 

@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from qlshadow import crontab
 from conftest import BACKENDS, run_cli
 from shellenv import (BASE_TOOLS, SHELL_DIR, SHELLS, SYSTEM_PATH, ToolDir, busybox_static,
                       read_logs, run_task, runs_of, shell_argv, start_module_server, wait_for,
@@ -159,6 +160,44 @@ def test_runner_env_names_the_scripts_folder(shell, box, tmp_path):
     # The environment wins over runner.env, as for task.sh's own settings.
     assert task(shell, "task hello.sh", {**box, "QL_SCRIPTS_DIR": str(other)})[1].startswith(
         "hello from sh")
+
+
+def test_prepare_runner_writes_the_task_runner_s_paths_and_a_run_with_no_environment_finds_them(
+        shell, box, app, make_settings, tmp_path, monkeypatch):
+    elsewhere = tmp_path / "my scripts"
+    elsewhere.mkdir()
+    (elsewhere / "hello.sh").write_text('echo "elsewhere [$PWD] $GREETING $FROM_CONFIG"\n')
+    os.symlink(elsewhere, tmp_path / "link")
+    (tmp_path / "env.sh").write_text("export GREETING=from-env-sh\n")
+    (tmp_path / "config.sh").write_text("export FROM_CONFIG=from-config-sh\n")
+    monkeypatch.chdir(tmp_path)  # QL_NOTIFY_FILE may be relative: runner.env names it absolute
+    settings = make_settings(QL_SCRIPTS_DIR=str(tmp_path / "link"), QL_NOTIFY_FILE="config.sh",
+                             QL_ENV_FILE=str(tmp_path / "env.sh"))
+
+    crontab.prepare_runner(settings)
+
+    with open(os.path.join(box["QL_DATA_DIR"], "runner.env"), encoding="utf-8") as fh:
+        lines = fh.read().splitlines()
+    assert lines[3:] == [f"ql_scripts_dir={elsewhere}", f"ql_notify_file={tmp_path}/config.sh",
+                         f"ql_env_file={tmp_path}/env.sh"]
+    assert task(shell, "task hello.sh", box) == (
+        0, f"elsewhere [{elsewhere}] from-env-sh from-config-sh")
+
+
+def test_runner_env_names_no_task_runner_path_that_is_not_set(app, make_settings, box):
+    crontab.prepare_runner(make_settings())
+    with open(os.path.join(box["QL_DATA_DIR"], "runner.env"), encoding="utf-8") as fh:
+        assert [line.split("=")[0] for line in fh] == ["ql_base_url", "ql_cli", "ql_timeout"]
+
+
+def test_a_cli_change_keeps_the_server_s_task_runner_paths(make_settings, tmp_path):
+    server = make_settings(QL_SCRIPTS_DIR=str(tmp_path), QL_ENV_FILE=str(tmp_path / "env.sh"))
+    crontab.record_settings(server)
+
+    adopted = crontab.settings_to_adopt(make_settings())
+
+    assert (adopted["QL_SCRIPTS_DIR"], adopted["QL_ENV_FILE"]) == (
+        str(tmp_path), str(tmp_path / "env.sh"))
 
 
 def test_ql_task_sh_runs_alone_under_each_shell(shell, box):
