@@ -311,6 +311,8 @@ def test_a_failed_cron_reads_in_chinese_on_its_page(signed_in, auth, make_cron):
     text = html(signed_in, f"/page/crons/{cron}?lang=zh_CN")
     assert "最近一次执行于" in text and "以退出码 2 结束" in text
     assert "每周一 03:00" in text and "<dt>定时规则</dt>" in text and "失败" in text
+    # Filters run while the page streams: the duration's units are Chinese too.
+    assert "<dt>上次运行时长</dt><dd>1 秒</dd>" in text
 
 
 # --- health and gate reasons in the API ---------------------------------------------------------
@@ -416,3 +418,18 @@ def test_notify_test_is_english_by_default(tmp_path, receiver):
                      "notify", "--test")
     assert result.stdout.startswith("webhook: ok")
     assert json.loads(receiver.requests[0]["body"])["title"] == "qlshadow: test notification"
+
+
+@ONE_BACKEND
+def test_a_served_chinese_page_leaves_no_language_on_its_thread(live_server):
+    from conftest import http
+    server = live_server(QL_THREADS="1")  # one thread answers every request in turn
+    status, _ = http("POST", server.url + "/open/crons", {
+        "name": "a", "command": "true", "schedule": "@once"},
+        {**server.headers, "Content-Type": "application/json"})
+    assert status == 200
+    for _ in range(3):
+        status, page = http("GET", server.url + "/page/login?lang=zh_CN", headers={"Host": "localhost"})
+        assert status == 200 and "<h1>登录</h1>" in page.decode()
+        status, found = http("GET", server.url + "/open/crons/health", headers=server.headers)
+        assert found["data"][0]["reason"].startswith("It has never run")

@@ -201,9 +201,10 @@ def _own_host():
 
 
 def _(message: str) -> str:
-    """A sentence in the page's language (the translation module loads with the first page)."""
-    from ..i18n import _ as translate
-    return translate(message)
+    """A sentence in the page's language, also while the page streams after its view has
+    returned (the translation module loads with the first page)."""
+    from ..i18n import current, translate
+    return translate(g.get("lang") or current(), message)
 
 
 def _lang_of(raw: str | None) -> str | None:
@@ -229,13 +230,12 @@ def _language():
 
 @bp.teardown_request
 def _language_done(exc=None):
+    # Normally done by _headers, in the context the view ran in (a page streams later,
+    # through g.lang); here only when the view raised.
     token = g.pop("lang_token", None)
     if token is not None:
         from .. import i18n
-        try:
-            i18n.reset(token)
-        except ValueError:
-            i18n.use(None)  # reset from another context (a streamed page): clear it instead
+        i18n.reset(token)
 
 
 def _gettext(message: str, **values) -> str:
@@ -272,6 +272,7 @@ def _lang_toggle_url() -> str:
 @bp.after_request
 def _headers(response):
     response.headers.update(SECURITY_HEADERS)
+    _language_done()
     if g.get("lang_chosen"):
         response.set_cookie(LANG_COOKIE, g.lang_chosen, max_age=LANG_LIFETIME,
                             path=bp.url_prefix, httponly=True, samesite="Lax",
