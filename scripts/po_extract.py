@@ -79,10 +79,19 @@ def _entries(po_text: str) -> list:
     return [block for block in po_text.strip().split("\n\n") if block.strip()]
 
 
+def _parse():
+    """app/msgfmt.py's parse, loaded from its file (this script imports no package)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("po_extract_msgfmt",
+                                                  os.path.join(APP, "msgfmt.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.parse
+
+
 def write(po_path: str = PO) -> tuple:
     """Add missing sentences (empty msgstr) and drop the ones no longer marked."""
-    sys.path.insert(0, ROOT)
-    from app.msgfmt import parse
+    parse = _parse()
     with open(po_path, encoding="utf-8") as fh:
         text = fh.read()
     wanted = marked()
@@ -109,20 +118,20 @@ def write(po_path: str = PO) -> tuple:
 
 
 def _msgid_of(block: str):
-    import ast as _ast
+    """The key of an entry parse() leaves out (no translation yet)."""
     msgid, plural, field = "", None, None
     for line in block.splitlines():
         line = line.strip()
         if line.startswith("msgid_plural "):
-            field, plural = "plural", _ast.literal_eval(line[13:])
+            field, plural = "plural", ast.literal_eval(line[13:])
         elif line.startswith("msgid "):
-            field, msgid = "msgid", _ast.literal_eval(line[6:])
+            field, msgid = "msgid", ast.literal_eval(line[6:])
         elif line.startswith("msgstr"):
             field = None
         elif line.startswith('"') and field == "msgid":
-            msgid += _ast.literal_eval(line)
+            msgid += ast.literal_eval(line)
         elif line.startswith('"') and field == "plural":
-            plural += _ast.literal_eval(line)
+            plural += ast.literal_eval(line)
     return (msgid, plural) if plural is not None else msgid
 
 
@@ -131,8 +140,7 @@ def main(argv: list) -> int:
         added, dropped = write()
         print(f"{PO}: {added} added, {dropped} dropped")
         return 0
-    sys.path.insert(0, ROOT)
-    from app.msgfmt import parse
+    parse = _parse()
     with open(PO, encoding="utf-8") as fh:
         have = set(parse(fh.read(), PO)) - {""}
     wanted = marked()
