@@ -136,7 +136,14 @@ def _msgid_of(block: str):
 
 
 def main(argv: list) -> int:
-    if argv[1:] == ["--write"]:
+    import argparse
+    parser = argparse.ArgumentParser(
+        prog="po_extract.py", description="Compare the sentences marked in app/ with the "
+        "zh_CN catalog (exit 1 when they differ), or bring the catalog in step.")
+    parser.add_argument("--write", action="store_true",
+                        help="add the missing sentences with an empty msgstr, drop the others")
+    args = parser.parse_args(argv[1:])
+    if args.write:
         added, dropped = write()
         print(f"{PO}: {added} added, {dropped} dropped")
         return 0
