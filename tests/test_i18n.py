@@ -433,3 +433,10 @@ def test_a_served_chinese_page_leaves_no_language_on_its_thread(live_server):
         assert status == 200 and "<h1>登录</h1>" in page.decode()
         status, found = http("GET", server.url + "/open/crons/health", headers=server.headers)
         assert found["data"][0]["reason"].startswith("It has never run")
+
+
+def test_notify_test_refuses_a_bad_ql_lang_naming_it(tmp_path, receiver):
+    env = {"QL_DATA_DIR": str(tmp_path / "data"), "QL_LANG": "cn", **webhook(receiver)}
+    result = run_cli(env, "notify", "--test", check=False)
+    assert result.returncode != 0 and "QL_LANG='cn' must be one of en, zh_CN" in result.stderr
+    assert receiver.requests == []
