@@ -29,6 +29,7 @@ import time
 from peewee import JOIN, SQL, fn
 
 from . import db, events
+from .i18n import N_, _
 from .models import INSTANCE_RUNNING, AlertDelivery, AlertEvent, Cron, RunningInstance
 
 MAX_ATTEMPTS = 5
@@ -44,10 +45,15 @@ NOT_CONFIGURED = "the channel is no longer configured"
 _NEW = AlertEvent.status == SQL("0")  # literal: the partial index alert_events_new
 _PENDING = AlertDelivery.outcome == SQL("'pending'")  # literal: alert_deliveries_pending
 _OPEN = RunningInstance.status == SQL(str(INSTANCE_RUNNING))
-_TITLES = {"failed": "{name} failed", "missed": "{name} missed a firing",
-           "stuck": "{name} is stuck", "ok": "{name} is ok again"}
-_STATE_WORDS = {"failed": "failed", "missed": "missed a firing", "stuck": "is stuck",
-                "ok": "is ok again"}
+# Whole sentences per state, so that each language words them in its own order.
+_TITLES = {"failed": N_("{name} failed"), "missed": N_("{name} missed a firing"),
+           "stuck": N_("{name} is stuck"), "ok": N_("{name} is ok again")}
+_OPENINGS = {"failed": N_('Cron {id} "{name}" failed at {at}, on {host}.'),
+             "missed": N_('Cron {id} "{name}" missed a firing at {at}, on {host}.'),
+             "stuck": N_('Cron {id} "{name}" is stuck at {at}, on {host}.'),
+             "ok": N_('Cron {id} "{name}" is ok again at {at}, on {host}.')}
+_BEFORE = {"failed": N_("It was failed before."), "missed": N_("It was missed before."),
+           "stuck": N_("It was stuck before.")}
 
 
 def tick(settings, channels: list, now: int | None = None, send=None) -> dict:
@@ -237,18 +243,23 @@ def message(settings, event_id: int) -> tuple[str, str] | None:
     if event is None:
         return None
     name, state = event["name"], event["state"]
-    lines = [f'Cron {event["cron"]} "{name}" {_STATE_WORDS.get(state, state)} at '
-             f'{local_text(event["at"])}, on {socket.gethostname()}.']
-    if event["previous"] not in (None, "ok") and state == "ok":
-        lines.append(f"It was {event['previous']} before.")
+    opening = _(_OPENINGS[state]) if state in _OPENINGS else 'Cron {id} "{name}" ' + state + \
+        " at {at}, on {host}."
+    lines = [opening.format(id=event["cron"], name=name, at=local_text(event["at"]),
+                            host=socket.gethostname())]
+    previous = event["previous"]
+    if previous not in (None, "ok") and state == "ok":
+        lines.append(_(_BEFORE[previous]) if previous in _BEFORE
+                     else f"It was {previous} before.")
     if event["exit_code"] is not None:
-        lines.append(f"Exit code: {event['exit_code']}.")
+        lines.append(_("Exit code: {code}.").format(code=event["exit_code"]))
     if event["reason"]:
         lines.append(event["reason"])
     tail = log_tail(settings, event["log_path"])
     if tail:
-        lines += ["", f"Last lines of its log ({event['log_path']}):", tail]
-    return f"qlshadow: {_TITLES.get(state, '{name} ' + state).format(name=name)}", "\n".join(lines)
+        lines += ["", _("Last lines of its log ({path}):").format(path=event["log_path"]), tail]
+    title = _(_TITLES[state]) if state in _TITLES else "{name} " + state
+    return f"qlshadow: {title.format(name=name)}", "\n".join(lines)
 
 
 def log_tail(settings, log_path) -> str:
@@ -299,7 +310,7 @@ def notify_log(limit: int = 50) -> list:
             .order_by(AlertEvent.id.desc(), AlertDelivery.channel)
             .limit(limit).tuples())
     out = []
-    for (_, at, cron_id, name, state, status, channel, outcome, attempts, error,
+    for (_event, at, cron_id, name, state, status, channel, outcome, attempts, error,
          updated) in rows:
         if channel is None:
             outcome = "too_old" if status == 2 else "new"

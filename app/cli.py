@@ -546,6 +546,7 @@ def cmd_notify(args) -> int:
     if not channels:
         raise CliError("no notification channel is configured; docs/NOTIFY.md lists the "
                        "variables (WEBHOOK_URL, TG_BOT_TOKEN, SMTP_SERVER, ...)")
+    _use_language(config.language(config_file=args.config))
     title, content = notify.test_message()
     failed = 0
     for channel in channels:
@@ -556,11 +557,19 @@ def cmd_notify(args) -> int:
     return 1 if failed else 0
 
 
+def _use_language(lang: str) -> None:
+    """Notifications and the reasons they carry in QL_LANG (the CLI's own text stays English)."""
+    if lang != "en":
+        from . import i18n
+        i18n.set_default(lang)
+
+
 def _notify_tick(args, channels: list) -> int:
     if not channels:
         return 0  # nothing to send: crond's every-minute tick costs a start-up and no more
     from .alerts import tick
     settings = _settings(args)
+    _use_language(settings.lang)
     database, _ = db.open_database(settings, create=False)
     with database.connection_context():
         done = tick(settings, channels)

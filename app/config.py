@@ -19,6 +19,8 @@ SCHEDULERS = ("system", "node")
 # SQLite's synchronous levels we offer (docs/RELIABILITY.md, "Power cuts"): full keeps every
 # answered callback across a power cut, normal fsyncs only at checkpoints.
 SQLITE_SYNCHRONOUS = ("full", "normal")
+# The languages of the page, health and gate reasons and notifications (app/i18n.py).
+LANGUAGES = ("en", "zh_CN")
 
 # Keys the config file may hold. QL_EXECUTION_ORIGIN is set by crontab lines for the shell,
 # never read by the service; QL_BASE_URL and QL_CALLBACK_TIMEOUT are settings the service
@@ -30,6 +32,7 @@ FILE_KEYS = frozenset({
     "QL_RETENTION_DAYS", "QL_RETENTION_ROWS_PER_CRON", "QL_RETENTION_LOGS_PER_CRON",
     "QL_RETENTION_LOG_DAYS", "QL_SQLITE_SYNCHRONOUS", "QL_STORAGE_BUDGET", "QL_PAGE_HOSTS",
     "QL_SCRIPTS_DIR", "QL_ENV_FILE",
+    "QL_LANG",
 })
 
 # Notification settings (docs/NOTIFY.md), read by qlshadow.notify only, never by the
@@ -115,6 +118,7 @@ class Settings:
     scripts_dir: str | None = None  # None: $QL_DATA_DIR/scripts
     env_file: str | None = None
     notify_file: str | None = None
+    lang: str = "en"  # QL_LANG: reasons and notifications; the page's default
     config_file: str | None = None
     # The keys whose value came from the config file (the environment did not override
     # them): such a value (a database password) need not be repeated on crontab lines,
@@ -270,6 +274,25 @@ def parse_page_hosts(raw: str) -> frozenset:
     return frozenset(names)
 
 
+def parse_lang(raw: str) -> str:
+    """QL_LANG: en or zh_CN, exactly (a typo must not silently mean English)."""
+    lang = raw.strip()
+    if lang not in LANGUAGES:
+        raise ConfigError(f"QL_LANG={raw!r} must be one of {', '.join(LANGUAGES)}")
+    return lang
+
+
+def language(environ: Mapping[str, str] | None = None, config_file: str | None = None) -> str:
+    """QL_LANG alone (the environment over the config file), for `notify --test`, which
+    reads no other setting of the service."""
+    env = os.environ if environ is None else environ
+    path = config_file or env.get("QL_CONFIG") or None
+    raw = env.get("QL_LANG")
+    if raw is None:
+        raw = (read_config_file(path) if path else {}).get("QL_LANG", "en")
+    return parse_lang(raw)
+
+
 def derive_base_url(host: str, port: int) -> str:
     """The URL tasks call: the listen address, with a wildcard address made loopback."""
     if host in ("0.0.0.0", ""):
@@ -402,6 +425,7 @@ def load(environ: Mapping[str, str] | None = None, config_file: str | None = Non
         env_file=check_path("QL_ENV_FILE", merged.get("QL_ENV_FILE", "")),
         # Relative is allowed here as notify_sources allows it (an absolute path from the cwd).
         notify_file=check_path("QL_NOTIFY_FILE", merged.get("QL_NOTIFY_FILE", ""), absolute=False),
+        lang=parse_lang(merged.get("QL_LANG", "en")),
         config_file=path,
         file_keys=frozenset(file_values.keys() - from_env.keys()),
         given_keys=frozenset(merged),

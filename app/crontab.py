@@ -356,7 +356,8 @@ def notify_conf_text(settings, environ=None) -> str:
              ("QL_DB_URL", _absolute_db_url(settings.db_url)),
              ("QL_DB_TIMEOUT", str(settings.db_timeout)),
              ("QL3_SHADOW_ORIGINS", ",".join(sorted(settings.shadow_origins))),
-             ("QL_RETENTION_DAYS", str(settings.retention_days))]
+             ("QL_RETENTION_DAYS", str(settings.retention_days)),
+             ("QL_LANG", settings.lang)]
     for key, value in sorted(notify_settings(environ, settings.config_file, ql_file=False).items()):
         if key in NOTIFY_MULTILINE_KEYS:
             value = value.replace("\r\n", "\n").replace("\n", "\\n")

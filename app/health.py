@@ -11,6 +11,7 @@ import bisect
 import itertools
 import time
 
+from .i18n import _
 from .models import Cron, database
 from .timefmt import local_text
 
@@ -85,11 +86,12 @@ def stuck_limit(executions: list, grace: int) -> tuple:
                        and e.end >= e.start)
     if len(durations) < STUCK_SAMPLES:
         limit = max(STUCK_DEFAULT, grace)
-        return limit, (f"{limit} s, as fewer than {STUCK_SAMPLES} successful runs tell how long "
-                       "it usually runs")
+        return limit, _("{limit} s, as fewer than {samples} successful runs tell how long it "
+                        "usually runs").format(limit=limit, samples=STUCK_SAMPLES)
     median = durations[len(durations) // 2]
     limit = max(STUCK_FACTOR * median, grace)
-    return limit, f"{limit} s ({STUCK_FACTOR} x its median run of {median} s, at least its grace)"
+    return limit, _("{limit} s ({factor} x its median run of {median} s, at least its "
+                    "grace)").format(limit=limit, factor=STUCK_FACTOR, median=median)
 
 
 def _when(t: int) -> str:
@@ -125,15 +127,16 @@ def evaluate(cron: dict, executions: list, firings: Firings, now: int,
         return health
 
     if cron["is_disabled"]:
-        return state("paused", cron["updated_at"], "It is disabled, so crond does not start it.")
+        return state("paused", cron["updated_at"], _("It is disabled, so crond does not start it."))
     health["next_expected"] = firings.next
     if newest is not None and newest.open:
         health["running_since"] = newest.start
         limit, why = stuck_limit(execs, grace)
         if now - newest.start > limit:
             return state("stuck", newest.start + limit,
-                         f"It has been running since {_when(newest.start)}, longer than {why}; "
-                         "the process hangs or its finish callback was lost.")
+                         _("It has been running since {since}, longer than {why}; the process "
+                           "hangs or its finish callback was lost.").format(
+                               since=_when(newest.start), why=why))
 
     # Firings the current definition describes: after its creation and its last change.
     judged_from = max(cron["created_at"], cron["updated_at"])
@@ -153,8 +156,9 @@ def evaluate(cron: dict, executions: list, firings: Firings, now: int,
             first = firings.first_after(after)
             first = first if first is not None and first <= missing[0] else missing[0]
             return state("missed", first + _MINUTE + grace,
-                         f"The firing at {_when(missing[-1])} has no record {grace} s after its "
-                         "minute: crond did not start it, or its callbacks were lost.")
+                         _("The firing at {at} has no record {grace} s after its minute: crond "
+                           "did not start it, or its callbacks were lost.").format(
+                               at=_when(missing[-1]), grace=grace))
         late = due[-1]
 
     last = finished[0] if finished else None
@@ -164,31 +168,36 @@ def evaluate(cron: dict, executions: list, firings: Firings, now: int,
             if e.exit_code in (0, None):
                 break
             streak = e
-        manual = " (a manual run)" if last.scheduled is False else ""
+        text = (_("Its last execution (a manual run), started {start}, exited with code {code}.")
+                if last.scheduled is False else
+                _("Its last execution, started {start}, exited with code {code}."))
         return state("failed", streak.end if streak.end is not None else streak.start,
-                     f"Its last execution{manual}, started {_when(last.start)}, exited with "
-                     f"code {last.exit_code}.")
+                     text.format(start=_when(last.start), code=last.exit_code))
     if late is not None:
         return state("late", late + _MINUTE,
-                     f"The firing at {_when(late)} has no record yet; it counts as missed "
-                     f"after {_when(late + _MINUTE + grace)}.")
+                     _("The firing at {at} has no record yet; it counts as missed after "
+                       "{deadline}.").format(at=_when(late),
+                                            deadline=_when(late + _MINUTE + grace)))
     if newest is not None and newest.open:
-        return state("running", newest.start, f"It has been running since {_when(newest.start)}.")
+        return state("running", newest.start,
+                     _("It has been running since {since}.").format(since=_when(newest.start)))
     if not execs:
         if firings is NO_FIRINGS:
-            why = ("no firing is expected (@once, @boot, 6 fields, extra schedules, or a date "
-                   "that never comes)")
+            text = _("It has never run, and no firing is expected (@once, @boot, 6 fields, "
+                     "extra schedules, or a date that never comes).")
         else:
-            why = "no firing has come due since it was created or last changed"
-        return state("new", cron["created_at"], f"It has never run, and {why}.")
+            text = _("It has never run, and no firing has come due since it was created or "
+                     "last changed.")
+        return state("new", cron["created_at"], text)
     streak = last  # not None: the newest execution is finished, or it returned above
     for e in finished[1:]:
         if e.exit_code not in (0, None):
             break
         streak = e
-    code = "with code 0" if last.exit_code == 0 else "with no exit code reported"
+    text = (_("Its last execution, started {start}, exited with code 0.") if last.exit_code == 0
+            else _("Its last execution, started {start}, exited with no exit code reported."))
     return state("ok", streak.end if streak.end is not None else streak.start,
-                 f"Its last execution, started {_when(last.start)}, exited {code}.")
+                 text.format(start=_when(last.start)))
 
 
 def firing_started(firing: int, starts: list, by_start: list, grace: int) -> bool:

@@ -170,10 +170,11 @@ def send(channel: Channel, title: str, content: str) -> Result:
 
 def test_message() -> tuple[str, str]:
     """The title and content `qlshadow notify --test` sends."""
+    from .i18n import _
     when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
-    return ("qlshadow: test notification",
-            f"A test message from qlshadow on {socket.gethostname()} at {when}.\n"
-            "This channel works.")
+    return ("qlshadow: " + _("test notification"),
+            _("A test message from qlshadow on {host} at {when}.\nThis channel works.").format(
+                host=socket.gethostname(), when=when))
 
 
 # --- results --------------------------------------------------------------------------------

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 
 from . import health
+from .i18n import N_, _
 from .models import (CRON_DISABLED, CRON_IDLE, CRON_QUEUED, CRON_RUNNING, INSTANCE_RUNNING,
                      Cron, ShadowFailure)
 
@@ -19,9 +20,9 @@ _DAY = 86400
 # cron firing every minute never evaluates a month of its schedule to draw 20 slots.
 _STRIP_WINDOWS = (2 * 3600, 2 * _DAY, 31 * _DAY)
 # Health states in words, the problems first: the order of the crons list.
-STATE_WORDS = {"failed": "Failed", "missed": "Missed a firing", "stuck": "Stuck",
-               "late": "Late", "running": "Running", "new": "New, never ran",
-               "paused": "Paused", "ok": "OK", "unknown": "Not evaluated"}
+STATE_WORDS = {"failed": N_("Failed"), "missed": N_("Missed a firing"), "stuck": N_("Stuck"),
+               "late": N_("Late"), "running": N_("Running"), "new": N_("New, never ran"),
+               "paused": N_("Paused"), "ok": N_("OK"), "unknown": N_("Not evaluated")}
 _RANK = {state: i for i, state in enumerate(STATE_WORDS)}
 CRON_STATUS = {CRON_RUNNING: "running", CRON_IDLE: "idle", CRON_DISABLED: "disabled",
                CRON_QUEUED: "queued"}
@@ -29,7 +30,13 @@ CRON_STATUS = {CRON_RUNNING: "running", CRON_IDLE: "idle", CRON_DISABLED: "disab
 # --- schedules in words -----------------------------------------------------------------
 # cron-descriptor does this for every form, but costs about 0.4 MiB of RSS and would have
 # to be bundled in the .ipk; the forms people actually write are a few lines.
-_DAYS = ("Sunday", "Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
+_DAYS = (N_("every Sunday at {time}"), N_("every Monday at {time}"),
+         N_("every Tuesday at {time}"), N_("every Wednesday at {time}"),
+         N_("every Thursday at {time}"), N_("every Friday at {time}"),
+         N_("every Saturday at {time}"), N_("every Sunday at {time}"))
+_EVERY = {"second": (N_("every second"), N_("every {n} seconds")),
+          "minute": (N_("every minute"), N_("every {n} minutes")),
+          "hour": (N_("every hour"), N_("every {n} hours"))}
 _DAY_NAMES = {d: i for i, d in enumerate("sun mon tue wed thu fri sat".split())}
 
 
@@ -41,20 +48,21 @@ def _num(text: str, names=None) -> int | None:
 
 def _every(text: str, unit: str) -> str | None:
     """'*' -> 'every unit', '*/N' -> 'every N units'; None for anything else."""
+    one, many = _EVERY[unit]
     if text == "*":
-        return f"every {unit}"
+        return _(one)
     if text.startswith("*/") and _num(text[2:]):
         n = int(text[2:])
-        return f"every {unit}" if n == 1 else f"every {n} {unit}s"
+        return _(one) if n == 1 else _(many).format(n=n)
     return None
 
 
 def describe_schedule(schedule: str) -> str | None:
     """The schedule in plain words for the common forms, or None when it is unusual."""
     if schedule == "@once":
-        return "once, when added"
+        return _("once, when added")
     if schedule == "@boot":
-        return "at every boot"
+        return _("at every boot")
     fields = schedule.split()
     if len(fields) == 6:
         second, fields = fields[0], fields[1:]
@@ -73,26 +81,27 @@ def describe_schedule(schedule: str) -> str | None:
         if every:
             return every
         m = _num(minute)
-        return None if m is None else f"every hour at minute {m}"
+        return None if m is None else _("every hour at minute {minute}").format(minute=m)
     m, h = _num(minute), _num(hour)
     if m is None:
         return None
     if h is None:
         every = _every(hour, "hour")
         if every and dom == "*" and dow == "*":
-            return f"{every} at minute {m}"
+            return _("{every} at minute {minute}").format(every=every, minute=m)
         return None
-    at = f"at {h:02d}:{m:02d}"
+    at = f"{h:02d}:{m:02d}"
     if dom == "*" and dow == "*":
-        return f"every day {at}"
+        return _("every day at {time}").format(time=at)
     if dom == "*":
         if dow in ("1-5", "mon-fri"):
-            return f"on weekdays {at}"
+            return _("on weekdays at {time}").format(time=at)
         d = _num(dow, _DAY_NAMES)
-        return f"every {_DAYS[d]} {at}" if d is not None and d <= 7 else None
+        return _(_DAYS[d]).format(time=at) if d is not None and d <= 7 else None
     if dow == "*":
         d = _num(dom)
-        return f"on day {d} of every month {at}" if d is not None else None
+        return (_("on day {day} of every month at {time}").format(day=d, time=at)
+                if d is not None else None)
     return None
 
 
@@ -152,7 +161,8 @@ def unevaluated(cron: dict) -> dict:
     """A health entry for a cron health did not evaluate (past its cap)."""
     return {"cron_id": cron["id"], "state": "unknown", "since": None, "next_expected": None,
             "last_success": None, "last_start": cron["last_execution_time"], "grace": None,
-            "reason": f"Only the first {health.MAX_CRONS} crons get a health state.",
+            "reason": _("Only the first {count} crons get a health state.").format(
+                count=health.MAX_CRONS),
             "running_since": None}
 
 
@@ -172,7 +182,8 @@ def cron_summary(cron: dict, executions: list, found: dict, schedules, now: int,
         "id": cron["id"], "name": cron["name"], "command": cron["command"],
         "schedule": cron["schedule"], "schedule_text": describe_schedule(cron["schedule"]),
         "status": status, "state": found["state"],
-        "state_text": STATE_WORDS.get(found["state"], found["state"]),
+        "state_text": _(STATE_WORDS[found["state"]]) if found["state"] in STATE_WORDS
+        else found["state"],
         "reason": found["reason"], "since": found["since"],
         "next_expected": found["next_expected"], "last_success": found["last_success"],
         "last_start": found["last_start"] or cron["last_execution_time"],
@@ -188,20 +199,19 @@ def _execution_slot(e, newest: bool, found: dict) -> dict:
     if e.open and not newest:
         # A newer execution started, so this one is no longer running: its finish was lost.
         slot.update(kind="stuck", since=e.start,
-                    label="no finish was recorded, and a newer execution has started")
+                    label=_("no finish was recorded, and a newer execution has started"))
     elif e.open and found["state"] == "stuck":
         slot.update(kind="stuck", since=found["since"],
-                    label="still open, far longer than this cron usually runs")
+                    label=_("still open, far longer than this cron usually runs"))
     elif e.open:
-        slot.update(kind="running", label="running")
+        slot.update(kind="running", label=_("running"))
     elif e.exit_code is None:
-        slot.update(kind="unknown", label="finished, exit code unknown")
-    elif e.exit_code == 0:
-        slot.update(kind="ok", label="exit 0")
+        slot.update(kind="unknown", label=_("finished, exit code unknown"))
     else:
-        slot.update(kind="failed", label=f"exit {e.exit_code}")
+        slot.update(kind="ok" if e.exit_code == 0 else "failed",
+                    label=_("exit {code}").format(code=e.exit_code))
     if e.scheduled is False:
-        slot["label"] += " (manual run)"
+        slot["label"] = _("{label} (manual run)").format(label=slot["label"])
     return slot
 
 
@@ -229,11 +239,11 @@ def strip_slots(cron: dict, executions: list, found: dict, schedules, now: int,
                 break
         for f in gaps:
             if in_clock_step(f, steps):
-                kind, label = "clock_step", "no record, in a step of the host's clock: not missed"
+                kind, label = "clock_step", _("no record, in a step of the host's clock: not missed")
             elif now >= f + _MINUTE + grace:
-                kind, label = "missed", "no record: missed"
+                kind, label = "missed", _("no record: missed")
             else:
-                kind, label = "late", "no record yet, still within its grace"
+                kind, label = "late", _("no record yet, still within its grace")
             slots.append({"start": f, "since": None, "kind": kind, "label": label})
     slots.sort(key=lambda s: s["start"])
     return slots[-n:]
@@ -332,12 +342,12 @@ def log_tail(log_dir: str, stored: str | None, lines: int = LOG_LINES,
     """
     from . import logs
     if not stored:
-        return {"error": "Its callbacks named no log file."}
+        return {"error": _("Its callbacks named no log file.")}
     try:
         with logs.open_log(log_dir, stored) as fh:
             tail = logs.tail_bytes(fh, limit)
     except logs.LogUnavailable as exc:
-        return {"error": f"The log cannot be read: {exc}"}
+        return {"error": _("The log cannot be read: {error}").format(error=exc)}
     text = tail["text"]
     found = text.splitlines()
     if tail["truncated"] and found:
@@ -370,18 +380,20 @@ def size_text(count: int | None) -> str:
 
 
 _LABELS = {
-    "status": "Service", "db": "Database", "version": "Version", "scheduler": "Scheduler",
-    "shadow_origins": "Shadow records", "last_write": "Writes", "storage": "Storage",
-    "crontab": "Crontab", "db_bytes": "Database file", "wal_bytes": "Write-ahead log",
-    "free_bytes": "Free on the data partition", "synchronous": "Durability (synchronous)",
-    "used_bytes": "Storage budget", "log_bytes": "Task logs",
+    "status": N_("Service"), "db": N_("Database"), "version": N_("Version"),
+    "scheduler": N_("Scheduler"), "shadow_origins": N_("Shadow records"),
+    "last_write": N_("Writes"), "storage": N_("Storage"), "crontab": N_("Crontab"),
+    "db_bytes": N_("Database file"), "wal_bytes": N_("Write-ahead log"),
+    "free_bytes": N_("Free on the data partition"),
+    "synchronous": N_("Durability (synchronous)"), "used_bytes": N_("Storage budget"),
+    "log_bytes": N_("Task logs"),
 }
 _SYNCHRONOUS = {0: "off", 1: "normal", 2: "full", 3: "extra"}
 
 
 def label_of(key: str) -> str:
     """A person's label for a key of /health (known ones named, others made readable)."""
-    return _LABELS.get(key) or key.replace("_", " ").capitalize()
+    return _(_LABELS[key]) if key in _LABELS else key.replace("_", " ").capitalize()
 
 
 def health_rows(data: dict, when) -> list:
@@ -399,23 +411,28 @@ def health_rows(data: dict, when) -> list:
 
 def _health_value(key: str, value, when) -> tuple:
     if key == "status":
-        return ("OK" if value == "ok" else str(value).capitalize(),
+        return (_("OK") if value == "ok" else str(value).capitalize(),
                 "ok" if value == "ok" else "failed")
     if key == "db":
-        return ("answers" if value == "ok" else str(value), "ok" if value == "ok" else "failed")
+        return (_("answers") if value == "ok" else str(value),
+                "ok" if value == "ok" else "failed")
     if key == "shadow_origins":
         if not value:
-            return "off: crond's runs are kept as Legacy instances only", "muted"
-        return "on for " + ", ".join(value) + " (crond's runs become Shadow Runs)", ""
+            return _("off: crond's runs are kept as Legacy instances only"), "muted"
+        return _("on for {origins} (crond's runs become Shadow Runs)").format(
+            origins=", ".join(value)), ""
     if key == "scheduler":
-        return {"system": "system crond (our block of the crontab)",
-                "node": "node (nothing written to a crontab)"}.get(value, str(value)), ""
+        words = {"system": N_("system crond (our block of the crontab)"),
+                 "node": N_("node (nothing written to a crontab)")}
+        return (_(words[value]) if value in words else str(value)), ""
     if key == "last_write" and isinstance(value, dict):
         if value.get("ok"):
-            return "succeeding", "ok"
-        since = f" since {when(value['since'])}" if value.get("since") else ""
-        return (f"failing{since}: {value.get('cause') or 'unknown cause'} "
-                f"({value.get('failures', 0)} failed)"), "failed"
+            return _("succeeding"), "ok"
+        cause = value.get("cause") or _("unknown cause")
+        text = (_("failing since {since}: {cause} ({count} failed)") if value.get("since")
+                else _("failing: {cause} ({count} failed)"))
+        return text.format(since=when(value["since"]) if value.get("since") else "",
+                           cause=cause, count=value.get("failures", 0)), "failed"
     if key == "crontab":
         return str(value), "ok" if value == "installed" else (
             "failed" if str(value).startswith("not installed") else "")
@@ -427,7 +444,7 @@ def _plain(key: str, value, when) -> str:
     if value is None:
         return "—"
     if isinstance(value, bool):
-        return "yes" if value else "no"
+        return _("yes") if value else _("no")
     if isinstance(value, int) and key.endswith("bytes"):
         return size_text(value)
     if isinstance(value, int) and (key in ("since", "at") or key.endswith("_at")):
@@ -436,7 +453,7 @@ def _plain(key: str, value, when) -> str:
         return "; ".join(f"{label_of(k).lower()}: {_plain(k, v, when)}"
                          for k, v in value.items()) or "—"
     if isinstance(value, (list, tuple)):
-        return ", ".join(_plain(key, v, when) for v in value) or "none"
+        return ", ".join(_plain(key, v, when) for v in value) or _("none")
     return str(value)
 
 
@@ -449,11 +466,14 @@ def _storage_text(storage: dict) -> list:
             continue
         if key == "used_bytes":
             if used is None:
-                text = "not measured (PostgreSQL keeps its own files)"
+                text = _("not measured (PostgreSQL keeps its own files)")
             elif budget:
-                text = f"{size_text(used)} of {size_text(budget)} ({100 * used / budget:.0f} %)"
+                text = _("{used} of {budget} ({share} %)").format(
+                    used=size_text(used), budget=size_text(budget),
+                    share=f"{100 * used / budget:.0f}")
             else:
-                text = f"{size_text(used)} used, no budget set (QL_STORAGE_BUDGET)"
+                text = _("{used} used, no budget set (QL_STORAGE_BUDGET)").format(
+                    used=size_text(used))
         elif key == "synchronous":
             text = _SYNCHRONOUS.get(value, str(value)) if value is not None else \
                 "— (PostgreSQL)"
@@ -466,8 +486,13 @@ def _storage_text(storage: dict) -> list:
 
 
 # A delivery's outcome in words (alerts.notify_log).
-OUTCOME_WORDS = {"sent": "sent", "pending": "failed, will retry", "given_up": "given up",
-                 "new": "not sent: no channel configured", "too_old": "not sent: too old"}
+OUTCOME_WORDS = {"sent": N_("sent"), "pending": N_("failed, will retry"),
+                 "given_up": N_("given up"), "new": N_("not sent: no channel configured"),
+                 "too_old": N_("not sent: too old")}
+
+
+ALERT_WORDS = {"failed": N_("failed"), "missed": N_("missed"), "stuck": N_("stuck"),
+               "ok": N_("ok")}
 
 
 def notification_log(limit: int) -> list:
@@ -475,5 +500,8 @@ def notification_log(limit: int) -> list:
     from .alerts import notify_log
     rows = notify_log(limit)
     for row in rows:
-        row["outcome_text"] = OUTCOME_WORDS.get(row["outcome"], row["outcome"])
+        row["state_text"] = (_(ALERT_WORDS[row["state"]]) if row["state"] in ALERT_WORDS
+                             else row["state"])
+        row["outcome_text"] = (_(OUTCOME_WORDS[row["outcome"]]) if row["outcome"] in OUTCOME_WORDS
+                               else row["outcome"])
     return rows

@@ -19,6 +19,7 @@ import functools
 import time
 
 from . import timefmt
+from .i18n import _
 from .db import is_sqlite
 from .models import Cron, database
 from .parse import TIME_MAX
@@ -355,7 +356,8 @@ def _guarded_report(cron: dict, *args) -> dict:
         raise
     except Exception as exc:  # noqa: BLE001 - any fault of this cron's data is reported
         cause = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        return _unevaluated(cron, f"cannot evaluate: {cause}; fix or delete this cron")
+        return _unevaluated(cron, _("cannot evaluate: {cause}; fix or delete this cron").format(
+            cause=cause))
 
 
 def _unevaluated(cron: dict, reason: str) -> dict:
@@ -410,11 +412,12 @@ def _cron_report(cron: dict, since: int, until: int, now: int, stuck_after: int,
     changed_after = cron["updated_at"] >= until and bool(revisions - {current})
     report["definition_changed"] = changed_inside or changed_after or len(revisions) > 1
     if changed_after:
-        unsure.append(f"the definition was changed after the window (at {_iso(cron['updated_at'])}) "
-                      "and its schedule during the window is unknown; needs a window after that change")
+        unsure.append(_("the definition was changed after the window (at {at}) and its schedule "
+                        "during the window is unknown; needs a window after that change").format(
+                            at=_iso(cron["updated_at"])))
     if not report["active"]:
-        unsure.append("not active in system mode (disabled, a 6-field or @ schedule, or extra "
-                      "schedules): crond does not run it, so there is nothing to compare")
+        unsure.append(_("not active in system mode (disabled, a 6-field or @ schedule, or extra "
+                        "schedules): crond does not run it, so there is nothing to compare"))
 
     hi = min(until, now - 59)  # a firing whose minute has not ended yet is not judged
     expected_at = []
@@ -451,23 +454,29 @@ def _cron_report(cron: dict, since: int, until: int, now: int, stuck_after: int,
     report["double_omitted"] = max(0, len(double) - MAX_LISTED)
 
     if missed:
-        reasons.append(f"{len(missed)} scheduled firing(s) have neither a Run nor a Legacy "
-                       f"instance (first at {_iso(missed[0])}): crond did not start them, or "
-                       "both callbacks were lost")
+        reasons.append(_("{count} scheduled firing(s) have neither a Run nor a Legacy instance "
+                         "(first at {first}): crond did not start them, or both callbacks were "
+                         "lost").format(count=len(missed), first=_iso(missed[0])))
     if double:
-        reasons.append(f"{len(double)} firing(s) have more than one Run (first at "
-                       f"{_iso(double[0])}): two crond daemons, or the cron in two crontabs")
+        reasons.append(_("{count} firing(s) have more than one Run (first at {first}): two "
+                         "crond daemons, or the cron in two crontabs").format(
+                             count=len(double), first=_iso(double[0])))
     if report["drift"]:
-        reasons.append(f"{report['drift']} callback(s) were refused as replay drift: the "
-                       "cron's definition changed while a run of it was in flight")
+        reasons.append(_("{count} callback(s) were refused as replay drift: the cron's "
+                         "definition changed while a run of it was in flight").format(
+                             count=report["drift"]))
     lost = finish_only + stuck
     if runs and lost / runs > tolerance:
-        reasons.append(f"{lost} of {runs} Runs ({100 * lost / runs:.1f} %) lost a callback "
-                       f"({finish_only} without start, {stuck} running over {stuck_after} s); "
-                       f"at most {100 * tolerance:g} % is tolerated")
+        reasons.append(_("{lost} of {runs} Runs ({share} %) lost a callback ({finish_only} "
+                         "without start, {stuck} running over {after} s); at most {tolerated} % "
+                         "is tolerated").format(
+                             lost=lost, runs=runs, share=f"{100 * lost / runs:.1f}",
+                             finish_only=finish_only, stuck=stuck, after=stuck_after,
+                             tolerated=f"{100 * tolerance:g}"))
     if failed_runs:
-        reasons.append(f"{failed_runs} of {exited} finished Runs exited with a non-zero code: "
-                       "crond started them and the task failed")
+        reasons.append(_("{failed} of {exited} finished Runs exited with a non-zero code: crond "
+                         "started them and the task failed").format(failed=failed_runs,
+                                                                    exited=exited))
     if reasons:
         report["verdict"] = "fail"
     elif unsure:
@@ -475,30 +484,39 @@ def _cron_report(cron: dict, since: int, until: int, now: int, stuck_after: int,
     elif not expected_at:
         report["verdict"] = "insufficient"
         upcoming = next_firing(cron["schedule"], max(lo, hi) - 1, max(lo, hi) + MAX_WINDOW)
-        reasons.append("no scheduled firing in the judged part of the window ("
-                       f"{_iso(lo)} to {_iso(max(lo, hi))}); needs a window that covers at "
-                       "least one firing" + (f", e.g. the one at {_iso(upcoming)}" if upcoming else ""))
+        text = (_("no scheduled firing in the judged part of the window ({since} to {until}); "
+                  "needs a window that covers at least one firing, e.g. the one at {next}")
+                if upcoming else
+                _("no scheduled firing in the judged part of the window ({since} to {until}); "
+                  "needs a window that covers at least one firing"))
+        reasons.append(text.format(since=_iso(lo), until=_iso(max(lo, hi)),
+                                   next=_iso(upcoming) if upcoming else ""))
     elif not runs:
         report["verdict"] = "insufficient"
-        reasons.append(f"{len(expected_at)} firing(s) but no Shadow Run: needs Shadow on "
-                       "(QL3_SHADOW_ORIGINS=scheduled_system) and at least one Run to compare")
+        reasons.append(_("{count} firing(s) but no Shadow Run: needs Shadow on "
+                         "(QL3_SHADOW_ORIGINS=scheduled_system) and at least one Run to "
+                         "compare").format(count=len(expected_at)))
     if stepped:  # explained, never a defect: the host's clock jumped
         step = in_clock_step(stepped[0], steps)
         report["reasons"].append(
-            f"{len(stepped)} firing(s) fell in a step of the clock (first at {_iso(stepped[0])}: "
-            f"it jumped {step[2]:+d} s, seen at {_iso(step[3])}): crond skips, starts late or "
-            "repeats the minutes a step jumps over, so they are judged `clock step`, not missed")
+            _("{count} firing(s) fell in a step of the clock (first at {first}: it jumped "
+              "{step} s, seen at {seen}): crond skips, starts late or repeats the minutes a step "
+              "jumps over, so they are judged `clock step`, not missed").format(
+                  count=len(stepped), first=_iso(stepped[0]), step=f"{step[2]:+d}",
+                  seen=_iso(step[3])))
     if unmatched:  # explained, never a defect: these executions were not crond's
-        report["reasons"].append(f"{unmatched} Legacy instance(s) have no Run: manual runs (PUT "
-                       "/open/crons/run, `qlshadow cron run`) or runs without the "
-                       "scheduled_system marker, which never become Runs")
+        report["reasons"].append(_("{count} Legacy instance(s) have no Run: manual runs (PUT "
+                                   "/open/crons/run, `qlshadow cron run`) or runs without the "
+                                   "scheduled_system marker, which never become Runs").format(
+                                       count=unmatched))
     return report
 
 
 def _gate(reports: list, failures: dict, cron_id) -> dict:
     """The whole gate: fail if any cron fails; pass if at least one cron passes."""
     verdicts = [r["verdict"] for r in reports]
-    reasons = [f"cron {r['cron_id']} ({r['name']}): {reason}"
+    each = _("cron {id} ({name}): {reason}")
+    reasons = [each.format(id=r["cron_id"], name=r["name"], reason=reason)
                for r in reports if r["verdict"] == "fail" for reason in r["reasons"]]
     by_reason: dict = {}
     for per_cron in failures.values() if cron_id is None else [failures.get(cron_id, {})]:
@@ -510,8 +528,8 @@ def _gate(reports: list, failures: dict, cron_id) -> dict:
         verdict = "pass"
     else:
         verdict = "insufficient"
-        reasons = ([f"cron {r['cron_id']} ({r['name']}): {reason}"
+        reasons = ([each.format(id=r["cron_id"], name=r["name"], reason=reason)
                     for r in reports for reason in r["reasons"]]
-                   or ["no cron is active in system mode: needs at least one enabled 5-field "
-                       "cron without extra schedules"])
+                   or [_("no cron is active in system mode: needs at least one enabled 5-field "
+                         "cron without extra schedules")])
     return {"verdict": verdict, "reasons": reasons, "failures": by_reason}

@@ -207,6 +207,16 @@ def test_data_holds_the_status_page_templates(ipk):
     assert mode(lib / "templates" / "base.html") == 0o644
 
 
+def test_data_holds_the_compiled_chinese_catalog_and_not_its_source(ipk):
+    from qlshadow import msgfmt
+    folder = ipk["root"] / "usr" / "lib" / "qlshadow" / "qlshadow" / "locale" / "zh_CN" / "LC_MESSAGES"
+    assert sorted(p.name for p in folder.iterdir()) == ["qlshadow.mo"]
+    assert mode(folder / "qlshadow.mo") == 0o644
+    with open(os.path.join(ROOT, "app", "locale", "zh_CN", "LC_MESSAGES", "qlshadow.po"),
+              encoding="utf-8") as fh:
+        assert (folder / "qlshadow.mo").read_bytes() == msgfmt.compile_mo(msgfmt.parse(fh.read()))
+
+
 def test_python_modules_ship_as_sources_without_byte_code(ipk):
     members = names(str(ipk["outer"] / "data.tar.gz"))
 
@@ -401,11 +411,13 @@ def test_the_installed_service_runs_on_the_libraries_it_carries(packaged, tmp_pa
 
     status, body = http("GET", server.url + "/health")
     page_status, page = http("GET", server.url + "/page/login")
+    zh_status, zh_page = http("GET", server.url + "/page/login?lang=zh_CN")
     # SIGINT ends serve normally, so the probe's exit hook writes what was imported.
     server.stop(signal.SIGINT)
 
     assert status == 200 and body["data"]["db"] == "ok"
     assert page_status == 200 and b"<h1>Sign in</h1>" in page  # templates found in the package
+    assert zh_status == 200 and "<h1>登录</h1>" in zh_page.decode()  # and the compiled catalog
     modules = dict(line.split(" ", 1) for line in (tmp_path / "modules").read_text().splitlines())
     lib = str(server.root / "usr" / "lib" / "qlshadow")
     assert modules["peewee"] == lib + "/vendor/peewee.py"

@@ -1,6 +1,6 @@
 """The status page in a real browser: Debian's chromium, headless, JavaScript off, against a
-real `qlshadow serve`. Every page at phone (390x844) and desktop (1366x900) width; the
-screenshots go to $QL_ARTEFACTS/<backend>/ (default: the test's tmp dir)."""
+real `qlshadow serve`. Every page at phone (390x844) and desktop (1366x900) width, and in
+Chinese at phone width; the screenshots go to $QL_ARTEFACTS/<backend>/ (default: the test's tmp dir)."""
 from __future__ import annotations
 
 import json
@@ -227,6 +227,24 @@ def test_every_page_at_phone_and_desktop_width(browser, populated, artefacts):
     assert log.endswith("<script>alert('page')</script> & done")
     follow(browser, browser.find_element(By.CSS_SELECTOR, f"a[href='/page/runs/{run_id}']"))
     assert run_id in browser.find_element(By.TAG_NAME, "h1").text
+
+    # In Chinese: the footer's link chooses it, a cookie keeps it on the pages that follow.
+    follow(browser, browser.find_element(By.LINK_TEXT, "中文"))
+    assert "lang=zh_CN" in browser.current_url
+    assert browser.find_element(By.TAG_NAME, "html").get_attribute("lang") == "zh-CN"
+    for name, path in pages.items():
+        viewport(browser, PHONE)
+        browser.get(server.url + path)
+        assert "/page/login" not in browser.current_url
+        assert_fits_a_phone(browser, name + " in Chinese")
+        shot(browser, artefacts, f"{name}-phone-zh", PHONE)
+    browser.get(server.url + "/page/")
+    main = browser.find_element(By.TAG_NAME, "main").text
+    assert "定时任务" in main and "每天 02:30" in main and "每 15 分钟" in main
+    assert browser.find_element(By.XPATH, "//nav//a[text()='健康状态']")
+    follow(browser, browser.find_element(By.LINK_TEXT, "English"))
+    viewport(browser, DESKTOP)
+    browser.get(server.url + pages["run"])
 
     follow(browser, browser.find_element(By.PARTIAL_LINK_TEXT, "show UTC"))
     assert "?tz=utc" in browser.current_url and "times in UTC" in browser.page_source

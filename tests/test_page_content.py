@@ -419,7 +419,7 @@ def test_times_are_in_the_boxs_zone_named_and_in_utc_on_request(page, feed, make
     assert '<th scope="row">2025-12-01 14:05 UTC</th>' in html and "times in UTC" in html
     # Links made on a UTC page keep UTC; the toggle goes back to the box's zone.
     assert 'href="/page/?tz=utc"' in html
-    assert f'href="/page/crons/{cron}?tz=local">show the box&#39;s local time</a>' in html
+    assert f'href="/page/crons/{cron}?tz=local">show the box\'s local time</a>' in html
 
 
 def test_a_box_on_utc_offers_no_other_zone(page, make_cron, utc_box):

@@ -197,22 +197,29 @@ for status in (0, 1):
         "execution_id": "legacy-system:1764460800:" + str(uuid.UUID(int=1, version=4))}).status_code == 200
 assert client.get("/health").status_code == 200
 print(json.dumps(sorted(name for name in sys.modules if name.startswith("qlshadow."))))
+print(json.dumps(sorted(getattr(sys.modules.get("qlshadow.i18n"), "_catalogs", {}))))
 """
 
 
-@pytest.mark.parametrize("shadow", ["", "scheduled_system"])
-def test_a_server_answering_callbacks_and_health_loads_nothing_for_pages_and_reads(tmp_path, shadow):
+@pytest.mark.parametrize("shadow,lang", [("", "en"), ("scheduled_system", "en"),
+                                          ("scheduled_system", "zh_CN")])
+def test_a_server_answering_callbacks_and_health_loads_nothing_for_pages_and_reads(tmp_path, shadow,
+                                                                                  lang):
     # Every module is memory on an idle router: what only a page, the gate, a read of Runs or
     # an alert tick needs is imported by the view or command that needs it.
     env = {k: v for k, v in os.environ.items() if not k.startswith(("QL_", "QL3_"))}
     env.update({"QL_DATA_DIR": str(tmp_path / "data"), "QL_SCHEDULER": "node",
-                "QL_CRONTAB_INSTALL": "", "QL3_SHADOW_ORIGINS": shadow})
+                "QL_CRONTAB_INSTALL": "", "QL3_SHADOW_ORIGINS": shadow, "QL_LANG": lang})
     result = subprocess.run([sys.executable, "-c", _IDLE_SERVER], env=env, cwd=ROOT,
                             capture_output=True, text=True, timeout=60, check=True)
-    loaded = set(json.loads(result.stdout.splitlines()[-1]))
+    loaded = set(json.loads(result.stdout.splitlines()[-2]))
+    # No translation catalog: callbacks and /health say nothing in a language.
+    assert json.loads(result.stdout.splitlines()[-1]) == []
 
     unneeded = {"qlshadow.overview", "qlshadow.health", "qlshadow.shadow.reader",
                 "qlshadow.reconcile", "qlshadow.alerts", "qlshadow.notify", "qlshadow.logs",
-                "qlshadow.cli", "qlshadow.textout", "qlshadow.gate_report"}
+                "qlshadow.cli", "qlshadow.textout", "qlshadow.gate_report", "qlshadow.msgfmt"}
+    if lang == "en":  # an English server never loads the translation module at all
+        unneeded.add("qlshadow.i18n")
     assert loaded & unneeded == set()
     assert ("qlshadow.shadow.writer" in loaded) == bool(shadow)

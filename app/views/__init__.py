@@ -26,6 +26,9 @@ def create_app(settings: config.Settings | None = None, init_db: bool = True) ->
     app.extensions[RUNTIME_KEY] = Runtime(settings)
     app.json.sort_keys = False
     app.json.compact = True
+    if settings.lang != "en":  # an English server never loads the translation module
+        from .. import i18n
+        i18n.set_default(settings.lang)
 
     database, journal = db.open_database(settings, create=init_db)
     app.extensions["qlshadow.journal"] = journal

@@ -22,6 +22,10 @@ bp = Blueprint("page", __name__, url_prefix="/page")
 # What the pages show (overview, health, the Run reader) is imported by the view that shows
 # it: a server nobody opens a page on never loads it (about 0.3 MiB of an idle router's RSS).
 COOKIE = "qlshadow_page"
+LANG_COOKIE = "qlshadow_lang"  # the language chosen with ?lang=, for the links that follow
+LANG_LIFETIME = 365 * 86400
+# Accept-Language tags -> our languages; Werkzeug matches "zh-TW" or "zh-Hans-CN" to "zh".
+_BROWSER_LANGS = {"en": "en", "zh-CN": "zh_CN", "zh": "zh_CN"}
 LIFETIME = 12 * 3600  # a session lasts half a day from sign-in, however busy
 PAGE_SIZES = (20, 50, 100, 200)
 RUNS_LIMIT = 50
@@ -105,8 +109,8 @@ def _foreign_origin() -> str | None:
     if source is None:
         return None
     if source == "null" or urlsplit(source).netloc.lower() != request.host.lower():
-        return (f"This form was sent from another site ({source[:100]}); open the page here "
-                "and retry.")
+        return _("This form was sent from another site ({source}); open the page here and "
+                 "retry.").format(source=source[:100])
     return None
 
 
@@ -142,9 +146,9 @@ def _reads_runs() -> bool:
 
 def _lacks_runs(what: str):
     """The page's 403: what it shows needs the `runs` scope, which the viewer lacks."""
-    return _render("missing.html", 403, title="Not allowed",
-                   what=f"{what} need the '{RUNS_SCOPE}' scope, which the app {g.viewer} "
-                        "does not have.")
+    return _render("missing.html", 403, title=_("Not allowed"),
+                   what=_("{what} need the '{scope}' scope, which the app {app} does not "
+                          "have.").format(what=what, scope=RUNS_SCOPE, app=g.viewer))
 
 
 def _page_hosts() -> frozenset:
@@ -196,9 +200,83 @@ def _own_host():
     return Response(text, 421, mimetype="text/plain")
 
 
+def _(message: str) -> str:
+    """A sentence in the page's language, also while the page streams after its view has
+    returned (the translation module loads with the first page)."""
+    from ..i18n import current, translate
+    return translate(g.get("lang") or current(), message)
+
+
+def _lang_of(raw: str | None) -> str | None:
+    """Our language for a ?lang= or cookie value (en, zh_CN, zh-CN, zh), else None."""
+    raw = (raw or "").strip().replace("-", "_").lower()
+    return {"en": "en", "zh_cn": "zh_CN", "zh": "zh_CN"}.get(raw)
+
+
+@bp.before_request
+def _language():
+    # ?lang= (then remembered), the cookie, the browser's languages, then QL_LANG. Set for
+    # this request's context: reasons and labels computed in the view follow it too.
+    chosen = _lang_of(request.args.get("lang"))
+    g.lang_chosen = chosen
+    lang = chosen or _lang_of(request.cookies.get(LANG_COOKIE))
+    if lang is None:
+        best = request.accept_languages.best_match(tuple(_BROWSER_LANGS))
+        lang = _BROWSER_LANGS[best] if best else current_app.extensions["qlshadow"].lang
+    g.lang = lang
+    from .. import i18n
+    g.lang_token = i18n.use(lang)
+
+
+@bp.teardown_request
+def _language_done(exc=None):
+    # Normally done by _headers, in the context the view ran in (a page streams later,
+    # through g.lang); here only when the view raised.
+    token = g.pop("lang_token", None)
+    if token is not None:
+        from .. import i18n
+        i18n.reset(token)
+
+
+def _gettext(message: str, **values) -> str:
+    """A template's _(): the page's language, %(name)s placeholders filled."""
+    from ..i18n import translate
+    text = translate(g.get("lang", "en"), message)
+    return text % values if values else text
+
+
+def _ngettext(singular: str, plural: str, n: int, **values) -> str:
+    from ..i18n import translate_plural
+    text = translate_plural(g.get("lang", "en"), singular, plural, n)
+    return text % {"num": n, **values}
+
+
+def _templates_speak(env) -> None:
+    """Give the templates _() and {% trans %} (Jinja's i18n extension), on the first page:
+    an idle server never makes its template environment."""
+    if "jinja2.ext.InternationalizationExtension" in env.extensions:
+        return
+    env.policies["ext.i18n.trimmed"] = True
+    env.add_extension("jinja2.ext.i18n")
+    env.install_gettext_callables(_gettext, _ngettext, newstyle=True)
+
+
+@bp.app_template_global("lang_toggle_url")
+def _lang_toggle_url() -> str:
+    """This page in the other language, the rest of its query kept."""
+    args = {k: v for k, v in request.args.items() if k != "lang"}
+    return url_for(request.endpoint, **(request.view_args or {}), **args,
+                   lang="en" if g.get("lang") == "zh_CN" else "zh_CN")
+
+
 @bp.after_request
 def _headers(response):
     response.headers.update(SECURITY_HEADERS)
+    _language_done()
+    if g.get("lang_chosen"):
+        response.set_cookie(LANG_COOKIE, g.lang_chosen, max_age=LANG_LIFETIME,
+                            path=bp.url_prefix, httponly=True, samesite="Lax",
+                            secure=request.is_secure)
     return response
 
 
@@ -238,12 +316,12 @@ def _duration(seconds) -> str:
         return "—"
     seconds = int(seconds)
     if seconds < 1:  # times are whole seconds: a run that began and ended in one
-        return "<1 s"
+        return _("<1 s")
     if seconds < 60:
-        return f"{seconds} s"
+        return _("{s} s").format(s=seconds)
     if seconds < 3600:
-        return f"{seconds // 60} min {seconds % 60} s"
-    return f"{seconds // 3600} h {seconds % 3600 // 60} min"
+        return _("{m} min {s} s").format(m=seconds // 60, s=seconds % 60)
+    return _("{h} h {m} min").format(h=seconds // 3600, m=seconds % 3600 // 60)
 
 
 @bp.app_template_filter("size")
@@ -263,10 +341,12 @@ def _render(template: str, status: int = 200, **context):
     chunk at a time is alive (docs/PERFORMANCE.md: 1.6 -> 1.1 MiB for the first list).
     """
     context.setdefault("viewer", g.get("viewer"))
+    _templates_speak(current_app.jinja_env)
     zone = "UTC" if g.get("utc") else time.strftime("%Z")
     # A box that keeps UTC as its local time has no other zone to offer.
     local_is_utc = time.localtime().tm_gmtoff == 0 and time.strftime("%Z") in ("UTC", "GMT")
     pieces = stream_template(template, version=__version__, tz=zone, utc=g.get("utc"),
+                             lang=g.get("lang", "en"),
                              zone_toggle=not local_is_utc or g.get("utc"), **context)
     return Response(_chunks(pieces), status, mimetype="text/html")
 
@@ -307,8 +387,8 @@ def login_submit():
     wait = _limiter().retry_after(address)
     if wait:
         response = _render("login.html", 429, client_id=client_id,
-                           error=f"Too many failed sign-ins from this address; try again in "
-                                 f"{wait} s.")
+                           error=_("Too many failed sign-ins from this address; try again in "
+                                   "{wait} s.").format(wait=wait))
         response.headers["Retry-After"] = str(wait)
         return response
     secret = request.form.get("client_secret", "")
@@ -323,9 +403,9 @@ def login_submit():
     if found is None or auth.PAGE_SCOPE not in found.scopes.split(","):
         if token or client_id:
             _limiter().failed(address)
-        message = ("Enter a client id and secret, or a token." if not (token or client_id)
-                   else f"Those credentials are wrong, or their app lacks the "
-                        f"'{auth.PAGE_SCOPE}' scope.")
+        message = (_("Enter a client id and secret, or a token.") if not (token or client_id)
+                   else _("Those credentials are wrong, or their app lacks the '{scope}' "
+                          "scope.").format(scope=auth.PAGE_SCOPE))
         return _render("login.html", 401, error=message, client_id=client_id)
     try:
         signer = _serializer()
@@ -401,7 +481,8 @@ def cron_page(cron_id: int):
     from .. import overview
     cron = _cron_row(cron_id)
     if cron is None:
-        return _render("missing.html", 404, what=f"Cron {cron_id} does not exist.")
+        return _render("missing.html", 404,
+                       what=_("Cron {id} does not exist.").format(id=cron_id))
     now, shadow = int(time.time()), _shadow()
     found, summary = overview.cron_detail(cron, now, shadow)
     if not _reads_runs():
@@ -424,10 +505,11 @@ def run_page(run_id: str):
     from .. import overview
     from ..shadow import reader
     if not _reads_runs():
-        return _lacks_runs("Runs and their logs")
+        return _lacks_runs(_("Runs and their logs"))
     run = reader.get_run(run_id) if reader.UUID_TEXT.fullmatch(run_id) else None
     if run is None:
-        return _render("missing.html", 404, what=f"Run {run_id[:40]} does not exist.")
+        return _render("missing.html", 404,
+                       what=_("Run {id} does not exist.").format(id=run_id[:40]))
     cron = _cron_row(run["cron_id"])
     log = overview.log_tail(current_app.extensions["qlshadow"].log_dir,
                             run["attempt"]["log_path"])
@@ -441,7 +523,7 @@ def run_page(run_id: str):
 @login_required
 def gate_page():
     if not _reads_runs():
-        return _lacks_runs("The gate's verdicts")
+        return _lacks_runs(_("The gate's verdicts"))
     try:
         # The gate is its own module; without it the page still works and says so.
         from ..reconcile import reconcile

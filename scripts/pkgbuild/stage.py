@@ -189,6 +189,19 @@ def _stage_entry(entry: Entry, tree: str) -> list[str]:
     return made
 
 
+def compile_catalogs(lib_dir: str) -> None:
+    """Replace each staged translation source (.po) by the .mo that gettext reads."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("qlshadow_stage_msgfmt",
+                                                  os.path.join(ROOT, "app", "msgfmt.py"))
+    msgfmt = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(msgfmt)
+    for po in glob.glob(os.path.join(lib_dir, "qlshadow", "locale", "*", "LC_MESSAGES", "*.po")):
+        msgfmt.compile_file(po, po[:-3] + ".mo")
+        os.chmod(po[:-3] + ".mo", os.stat(po).st_mode & 0o7777)
+        os.remove(po)
+
+
 def _set_data_dir(path: str) -> None:
     """The packaged qlshadow.conf keeps data on the flash overlay (/srv/qlshadow)."""
     with open(path, encoding="utf-8") as fh:
@@ -298,6 +311,7 @@ def stage(tree: str | os.PathLike, release: str, *, manifest: str = MANIFEST, bu
         made = _stage_entry(entry, tree)
         if entry.conffile:
             conffiles += made
+    compile_catalogs(tree + LIB)
     if os.path.isfile(tree + "/etc/qlshadow/qlshadow.conf"):
         _set_data_dir(tree + "/etc/qlshadow/qlshadow.conf")
     vendor = tree + LIB + "/vendor"
