@@ -322,7 +322,10 @@ class PackagedServer:
         self.env.update({"PATH": f"{os.path.dirname(python)}:/usr/bin:/bin",
                          "QL_DATA_DIR": str(data_dir), "QL_HOST": "127.0.0.1",
                          "QL_PORT": str(self.port), "QL_SCHEDULER": "node",
-                         "QL_CRONTAB_INSTALL": ""}, **extra_env)
+                         "QL_CRONTAB_INSTALL": "",
+                         "QL_PYCACHE_DIR": str(data_dir.parent / f"pycache-{self.port}")},
+                        **extra_env)
+        self.pycache = self.env["QL_PYCACHE_DIR"]
         self.log = data_dir.parent / f"serve-{self.port}.log"
         self.process = None
 
@@ -457,8 +460,9 @@ def snapshot(folder) -> dict:
 
 
 def test_serving_callbacks_writes_nothing_under_the_packages_lib_dir(packaged):
-    # On a router /usr/lib/qlshadow is flash: no byte code, cache or state may land there
-    # (the wrapper's -B; the package ships sources).
+    # On a router /usr/lib/qlshadow is flash: no byte code, cache or state may land there.
+    # The byte code Python compiles from the shipped sources goes to the wrapper's cache
+    # folder (RAM, /tmp, on a router).
     server = packaged(QL3_SHADOW_ORIGINS="scheduled_system")
     lib = server.root / "usr" / "lib" / "qlshadow"
     token = server.token()
@@ -472,3 +476,23 @@ def test_serving_callbacks_writes_nothing_under_the_packages_lib_dir(packaged):
     assert result.returncode == 0, result.stdout + result.stderr
     assert [line for line in result.stdout.splitlines() if line.startswith("ok - Shadow Run")]
     assert snapshot(lib) == before
+    cached = {os.path.relpath(os.path.join(base, name), server.pycache)
+              for base, _, names in os.walk(server.pycache) for name in names}
+    assert (str(lib / "qlshadow").lstrip("/") + "/cli.cpython-"
+            f"{sys.version_info[0]}{sys.version_info[1]}.pyc") in cached
+
+
+def test_without_a_cache_folder_of_its_own_the_wrapper_writes_no_byte_code(packaged, tmp_path):
+    # A cache folder that is a symbolic link (or another user's) is not used: its byte
+    # code would be run. Python then compiles in memory (-B) and writes nowhere.
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (tmp_path / "cache-link").symlink_to(elsewhere)
+    server = packaged(QL_PYCACHE_DIR=str(tmp_path / "cache-link"))
+    lib = server.root / "usr" / "lib" / "qlshadow"
+    before = snapshot(lib)
+
+    assert server.cli("token", "system").returncode == 0
+
+    assert snapshot(lib) == before
+    assert list(elsewhere.iterdir()) == []
