@@ -137,7 +137,7 @@ def measure(runs: int, forms: list) -> dict:
             env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": tmp,
                    "QL_PYTHON": pythons[cache == "lib"], "QL_HOST": "127.0.0.1", "QL_PORT": "0",
                    "QL_SCHEDULER": "node", "QL_CRONTAB_INSTALL": "",
-                   "QL_PYCACHE_DIR": cache_dir if cache == "ram" else ""}
+                     "QL_PYCACHE_DIR": cache_dir if cache == "ram" else ""}
             times: dict = {"serve": [], "notify": []}
             for run in range(runs + (cache is not None)):
                 env["QL_DATA_DIR"] = str(work / name / f"data-{run}")
@@ -170,17 +170,23 @@ def main(argv=None) -> int:
     results = measure(args.runs, args.form or list(FORMS))
     if args.json:
         print(json.dumps(results, indent=2))
-        return 0
+    else:
+        print(report(results, args.runs))
+    return 0
+
+
+def report(results: dict, runs: int) -> str:
+    lines = []
     budget = bench_closure.BUDGET["24.10"]
-    print(f"Emulated armhf (qemu, Debian python3.11) runs 24.10's tree; median (fastest) of "
-          f"{args.runs} runs. Closure budget (24.10): {budget:,} B.")
-    print("| form | package 24.10 | package 25.12 | closure 24.10 | closure 25.12 "
+    lines.append(f"Emulated armhf (qemu, Debian python3.11) runs 24.10's tree; median (fastest) of "
+                 f"{runs} runs. Closure budget (24.10): {budget:,} B.")
+    lines.append("| form | package 24.10 | package 25.12 | closure 24.10 | closure 25.12 "
           "| + python3-codecs (24.10) | serve to start line | notify |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    lines.append("|---|---:|---:|---:|---:|---:|---:|---:|")
     for name, r in results.items():
         old, new = r["24.10"], r["25.12"]
         cells = [f"{r[k]['median']:.2f} s ({r[k]['min']:.2f})" for k in ("serve_s", "notify_s")]
-        print(f"| {name} | {old['package_bytes']:,} B | {new['package_bytes']:,} B "
+        lines.append(f"| {name} | {old['package_bytes']:,} B | {new['package_bytes']:,} B "
               f"| {old['closure_bytes']:,} B | {new['closure_bytes']:,} B "
               f"| {old['closure_with_codecs_bytes']:,} B | {' | '.join(cells)} |")
     for name, r in results.items():
@@ -188,9 +194,9 @@ def main(argv=None) -> int:
             first = r["first_run_s"]
             extra = (f", byte code cached in RAM {r['ram_cache_bytes']:,} B"
                      if "ram_cache_bytes" in r else "")
-            print(f"{name}: first run (compiling) serve {first['serve']:.2f} s, "
-                  f"notify {first['notify']:.2f} s{extra}")
-    return 0
+            lines.append(f"{name}: first run (compiling) serve {first['serve']:.2f} s, "
+                         f"notify {first['notify']:.2f} s{extra}")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -496,3 +496,36 @@ def test_without_a_cache_folder_of_its_own_the_wrapper_writes_no_byte_code(packa
 
     assert snapshot(lib) == before
     assert list(elsewhere.iterdir()) == []
+
+
+@pytest.mark.parametrize("shell", SHELLS, ids=lambda s: s[0])
+@pytest.mark.parametrize("case", ["fresh", "existing", "symlink", "other-user", "empty"])
+def test_the_wrapper_caches_byte_code_only_in_a_folder_of_its_own(shell, case, tmp_path):
+    # A stand-in python3 records how the wrapper runs it.
+    python = tmp_path / "python3"
+    python.write_text('#!/bin/sh\nprintf "%s\\n" "$1" "$2" > "$0.args"\n')
+    python.chmod(0o755)
+    cache = tmp_path / "cache"
+    if case == "existing":
+        cache.mkdir(mode=0o700)
+    elif case == "symlink":
+        (tmp_path / "target").mkdir()
+        cache.symlink_to(tmp_path / "target")
+    elif case == "other-user":
+        if os.geteuid() != 0:
+            pytest.skip("giving a folder to another user needs root")
+        cache.mkdir()
+        os.chown(cache, 65534, 65534)
+    env = {"PATH": os.environ["PATH"], "QL_PYTHON": str(python), "QL_LIB_DIR": str(tmp_path),
+           "QL_PYCACHE_DIR": "" if case == "empty" else str(cache)}
+
+    subprocess.run([*shell, os.path.join(ROOT, "conf", "qlshadow-wrapper.sh"), "--help"],
+                   env=env, check=True, timeout=30)
+
+    args = (tmp_path / "python3.args").read_text().splitlines()
+    if case in ("fresh", "existing"):
+        assert args == ["-X", f"pycache_prefix={cache}"]
+        assert cache.stat().st_mode & 0o777 == 0o700
+    else:
+        assert args == ["-B", "-c"]
+        assert not (tmp_path / "target").exists() or not list((tmp_path / "target").iterdir())

@@ -225,6 +225,7 @@ def test_the_package_serves_callbacks_pages_and_notifications_on_only_its_declar
                 "ID": str(cron_id), "QL_DATA_DIR": str(server.data_dir),
                 "QL_EXECUTION_ORIGIN": "scheduled_system", "QL_BASE_URL": server.url,
                 "QL_CLI": f"{server.bin} --config {server.conf}",
+                "QL_PYCACHE_DIR": server.env["QL_PYCACHE_DIR"],
                 **{k: v for k, v in server.python.env().items() if k != "QL_PYTHON"}}
     task = subprocess.run([busybox_static(), "sh", os.path.join(server.lib, "shell", "task.sh"),
                            "exit 3"], env=task_env, capture_output=True, text=True, timeout=120)
