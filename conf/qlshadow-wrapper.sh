@@ -8,14 +8,26 @@ case $0 in
 	*) here=. ;;
 esac
 lib=${QL_LIB_DIR:-$here/../lib/qlshadow}
-# -B: Python compiles the packaged sources in memory and never writes byte code beside them
-# (flash; sources take half the room byte code would). sys.path is extended inside Python
-# rather than through PYTHONPATH, which every task a manual run starts would inherit (and
-# with it our libraries).
-exec "${QL_PYTHON:-python3}" -B -c '
+# sys.path is extended inside Python rather than through PYTHONPATH, which every task a
+# manual run starts would inherit (and with it our libraries). qlshadow_boot stands in for
+# python3-codecs when it is not installed (see that file).
+code='
 import os, sys
 lib = os.path.abspath(sys.argv.pop(1))
 sys.path[:0] = [lib, os.path.join(lib, "vendor")]
+import qlshadow_boot
 from qlshadow.cli import main
 sys.exit(main())
-' "$lib" "$@"
+'
+# The package ships sources. The byte code Python compiles from them goes to RAM (/tmp is
+# tmpfs on OpenWrt), never beside them on flash: the first start after boot compiles, the
+# next ones load it. Only a folder this user made is used, since its byte code is run;
+# otherwise (or QL_PYCACHE_DIR empty) -B compiles in memory each time and writes nothing.
+cache=${QL_PYCACHE_DIR-/tmp/qlshadow-pycache}
+if [ -n "$cache" ]; then
+	mkdir -m 0700 "$cache" 2>/dev/null
+	if [ -d "$cache" ] && [ ! -h "$cache" ] && [ -O "$cache" ]; then
+		exec "${QL_PYTHON:-python3}" -X "pycache_prefix=$cache" -c "$code" "$lib" "$@"
+	fi
+fi
+exec "${QL_PYTHON:-python3}" -B -c "$code" "$lib" "$@"

@@ -13,7 +13,7 @@ How each part is measured, as the feed would build it:
   feed installs instead of sources, native code stripped; then a `gzip -9` tar. Native
   code is this machine's (x86_64), larger than MIPS or ARM builds;
 - our package: FILE as is (an .ipk or .apk), a TREE tarred the same way, else the tree
-  scripts/pkgbuild stages, else a stand-in laid out like the package (stage_stand_in);
+  scripts/pkgbuild stages;
 - C libraries of OpenWrt's base feed (zlib, libsqlite3, libffi, ...) are listed, not
   counted, as in /work/shared/openwrt/README.md's measurements.
 """
@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import glob
 import gzip
-import importlib
 import io
 import json
 import os
@@ -31,19 +30,15 @@ import subprocess
 import sys
 import tarfile
 import tempfile
-from importlib import metadata
 from pathlib import Path
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 
-from pkgbuild import feeds  # noqa: E402
+from pkgbuild import feeds, stage  # noqa: E402
 
 PYENV = os.environ.get("QL_TEST_PYENV", "/root/.pyenv/versions")
 BUDGET = {"24.10": 6_000_000}
-# What /usr/lib/qlshadow/vendor bundles (distribution names).
-VENDORED = ("flask", "werkzeug", "jinja2", "markupsafe", "itsdangerous", "click", "blinker",
-            "peewee", "waitress", "cronsim")
 # Not built by the feed: CPython's test modules (--disable-test-modules) and Tk.
 NOT_BUILT_DIRS = ("test", "tests", "idle_test")
 NOT_BUILT_EXTENSIONS = ("_test", "_ctypes_test", "_xxtestfuzz", "xxlimited", "xxsubtype",
@@ -64,49 +59,11 @@ def _copy(src: str, dst: Path, mode: int = 0o644) -> None:
     os.chmod(dst, mode)
 
 
-def stage_stand_in(dest: Path) -> Path:
-    """The package's files under dest, from this checkout and this Python's libraries:
-    /usr/bin/qlshadow, /usr/lib/qlshadow/{qlshadow,vendor,shell,smoke.sh}, the config.
-
-    Stands in until scripts/pkgbuild stages the real tree; vendor/ holds the pure-Python
-    files of the bundled libraries at the versions installed here.
-    """
-    lib = dest / "usr" / "lib" / "qlshadow"
-    _copy(os.path.join(ROOT, "conf", "qlshadow-wrapper.sh"), dest / "usr" / "bin" / "qlshadow", 0o755)
-    _copy(os.path.join(ROOT, "conf", "qlshadow.conf"), dest / "etc" / "qlshadow" / "qlshadow.conf",
-          0o600)
-    _copy(os.path.join(ROOT, "scripts", "smoke.sh"), lib / "smoke.sh", 0o755)
-    for path in glob.glob(os.path.join(ROOT, "shell", "*.sh")):
-        _copy(path, lib / "shell" / os.path.basename(path), 0o755)
-    app = os.path.join(ROOT, "app")
-    for path in (glob.glob(os.path.join(app, "**", "*.py"), recursive=True) +
-                 glob.glob(os.path.join(app, "templates", "*.html"))):
-        _copy(path, lib / "qlshadow" / os.path.relpath(path, app))
-    for name in VENDORED:
-        dist = metadata.distribution(name)
-        for file in dist.files or ():
-            parts = file.parts
-            # Pure Python only (Architecture: all): MarkupSafe runs without its C speedups.
-            if (parts[0].endswith((".dist-info", ".data")) or parts[0] == ".." or
-                    "__pycache__" in parts or file.suffix != ".py"):
-                continue
-            _copy(str(dist.locate_file(file)), lib / "vendor" / str(file))
-        # importlib.metadata finds the bundled versions (serve checks waitress's).
-        info = lib / "vendor" / f"{dist.metadata['Name']}-{dist.version}.dist-info"
-        info.mkdir(parents=True, exist_ok=True)
-        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist.metadata['Name']}\n"
-                                       f"Version: {dist.version}\n")
+def package_tree(dest: Path, release: str, **form) -> Path:
+    """The package's tree for a release as scripts/pkgbuild stages it (form: stage()'s code=,
+    blank=, trim=)."""
+    stage.stage(dest, release, **form)
     return dest
-
-
-def package_tree(dest: Path, release: str) -> tuple[Path, str]:
-    """The package's staged tree and where it came from: scripts/pkgbuild, else the stand-in."""
-    try:
-        stage = importlib.import_module("pkgbuild.stage")
-    except ModuleNotFoundError:
-        return stage_stand_in(dest), "stand-in tree (scripts/pkgbuild has no stage yet)"
-    stage.stage(dest, release)
-    return dest, "scripts/pkgbuild staged tree"
 
 
 # --- sizes ----------------------------------------------------------------------------------
@@ -198,7 +155,7 @@ def measure(release: str, package: str | None) -> dict:
             if package:
                 tree, source = Path(package), f"tree {package}"
             else:
-                tree, source = package_tree(work / "qlshadow", release)
+                tree, source = package_tree(work / "qlshadow", release), "scripts/pkgbuild staged tree"
             ours = (*tree_sizes(tree), source)
         rows.append({"package": "qlshadow", "compressed": ours[0], "unpacked": ours[1],
                      "why": f"ours: {ours[2]}"})

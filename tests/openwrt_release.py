@@ -27,8 +27,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if os.path.join(ROOT, "scripts") not in sys.path:
     sys.path.insert(0, os.path.join(ROOT, "scripts"))
 
-import bench_closure  # noqa: E402
-from pkgbuild import feeds  # noqa: E402
+from pkgbuild import feeds, stage  # noqa: E402
 from shellenv import IN_CI  # noqa: E402
 
 PYENV = os.environ.get("QL_TEST_PYENV", "/root/.pyenv/versions")
@@ -52,18 +51,19 @@ def release_python(release: str) -> str:
 # --- the package tree ----------------------------------------------------------------------
 
 def stage_package(dest: Path, release: str) -> Path:
-    """The files the package installs, under dest (dest/usr/bin/qlshadow, ...): the tree
-    scripts/pkgbuild stages (`pkgbuild.stage.stage(dest, release)`) once it is there, else
-    a stand-in laid out the same way from this checkout and this venv's libraries."""
-    tree, _source = bench_closure.package_tree(dest, release)
-    return tree
+    """The files the package installs for a release, under dest (dest/usr/bin/qlshadow, ...),
+    as scripts/pkgbuild stages them for both package formats."""
+    stage.stage(dest, release)
+    return dest
 
 
 # --- the hidden standard library -----------------------------------------------------------
 
 # Runs as the interpreter's script, before anything else of ours imports: only modules the
 # interpreter itself loaded at start-up (all python3-base) are in use here. argv after it
-# is what /usr/bin/qlshadow passes to python3: -c CODE ARGS...
+# is what /usr/bin/qlshadow passes to python3: the interpreter options it uses (-B, -X
+# pycache_prefix=DIR), then -c CODE ARGS... Each option takes effect as python3's would:
+# through the sys attribute importlib reads when it writes byte code.
 BOOTSTRAP = r'''
 import posix
 import sys
@@ -109,8 +109,18 @@ def main():
         finder.note(name, "STARTUP:" + str(getattr(spec, "origin", None)))
     sys.meta_path.insert(0, finder)
     args = sys.argv[1:]
-    if args[:1] != ["-c"] or len(args) < 2:
-        sys.exit("bootstrap: expected -c CODE [ARGS...]")
+    while args[:1] != ["-c"]:
+        if args[:1] == ["-B"]:
+            sys.dont_write_bytecode = True
+            args = args[1:]
+        elif args[:1] == ["-X"] and len(args) > 1 and args[1].startswith("pycache_prefix="):
+            sys.pycache_prefix = args[1].partition("=")[2] or None
+            args = args[2:]
+        else:
+            sys.exit(f"bootstrap: expected [-B] [-X pycache_prefix=DIR] -c CODE [ARGS...], "
+                     f"not {args[:2]}")
+    if len(args) < 2:
+        sys.exit("bootstrap: -c needs CODE")
     sys.argv = ["-c", *args[2:]]
     code = compile(args[1], "<string>", "exec")
     exec(code, {"__name__": "__main__", "__builtins__": __builtins__})
@@ -247,7 +257,9 @@ class RouterServer:
         self.env.update({"PATH": f"{python.bin_dir}:/usr/sbin:/usr/bin:/sbin:/bin",
                          "QL_DATA_DIR": str(data_dir), "QL_HOST": "127.0.0.1",
                          "QL_PORT": str(self.port), "QL_SCHEDULER": "node",
-                         "QL_CRONTAB_INSTALL": "", **python.env()}, **extra_env)
+                         "QL_CRONTAB_INSTALL": "", **python.env(),
+                         # The wrapper's byte code cache (RAM on a router), per test.
+                         "QL_PYCACHE_DIR": str(data_dir.parent / "pycache")}, **extra_env)
         self.log = data_dir.parent / f"serve-{self.port}.log"
         self.process = None
 

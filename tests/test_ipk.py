@@ -332,7 +332,10 @@ class PackagedServer:
         self.env.update({"PATH": f"{os.path.dirname(python)}:/usr/bin:/bin",
                          "QL_DATA_DIR": str(data_dir), "QL_HOST": "127.0.0.1",
                          "QL_PORT": str(self.port), "QL_SCHEDULER": "node",
-                         "QL_CRONTAB_INSTALL": ""}, **extra_env)
+                         "QL_CRONTAB_INSTALL": "",
+                         "QL_PYCACHE_DIR": str(data_dir.parent / f"pycache-{self.port}")},
+                        **extra_env)
+        self.pycache = self.env["QL_PYCACHE_DIR"]
         self.log = data_dir.parent / f"serve-{self.port}.log"
         self.process = None
 
@@ -469,8 +472,9 @@ def snapshot(folder) -> dict:
 
 
 def test_serving_callbacks_writes_nothing_under_the_packages_lib_dir(packaged):
-    # On a router /usr/lib/qlshadow is flash: no byte code, cache or state may land there
-    # (the wrapper's -B; the package ships sources).
+    # On a router /usr/lib/qlshadow is flash: no byte code, cache or state may land there.
+    # The byte code Python compiles from the shipped sources goes to the wrapper's cache
+    # folder (RAM, /tmp, on a router).
     server = packaged(QL3_SHADOW_ORIGINS="scheduled_system")
     lib = server.root / "usr" / "lib" / "qlshadow"
     token = server.token()
@@ -484,3 +488,56 @@ def test_serving_callbacks_writes_nothing_under_the_packages_lib_dir(packaged):
     assert result.returncode == 0, result.stdout + result.stderr
     assert [line for line in result.stdout.splitlines() if line.startswith("ok - Shadow Run")]
     assert snapshot(lib) == before
+    cached = {os.path.relpath(os.path.join(base, name), server.pycache)
+              for base, _, names in os.walk(server.pycache) for name in names}
+    assert (str(lib / "qlshadow").lstrip("/") + "/cli.cpython-"
+            f"{sys.version_info[0]}{sys.version_info[1]}.pyc") in cached
+
+
+def test_without_a_cache_folder_of_its_own_the_wrapper_writes_no_byte_code(packaged, tmp_path):
+    # A cache folder that is a symbolic link (or another user's) is not used: its byte
+    # code would be run. Python then compiles in memory (-B) and writes nowhere.
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (tmp_path / "cache-link").symlink_to(elsewhere)
+    server = packaged(QL_PYCACHE_DIR=str(tmp_path / "cache-link"))
+    lib = server.root / "usr" / "lib" / "qlshadow"
+    before = snapshot(lib)
+
+    assert server.cli("token", "system").returncode == 0
+
+    assert snapshot(lib) == before
+    assert list(elsewhere.iterdir()) == []
+
+
+@pytest.mark.parametrize("shell", SHELLS, ids=lambda s: s[0])
+@pytest.mark.parametrize("case", ["fresh", "existing", "symlink", "other-user", "empty"])
+def test_the_wrapper_caches_byte_code_only_in_a_folder_of_its_own(shell, case, tmp_path):
+    # A stand-in python3 records how the wrapper runs it.
+    python = tmp_path / "python3"
+    python.write_text('#!/bin/sh\nprintf "%s\\n" "$1" "$2" > "$0.args"\n')
+    python.chmod(0o755)
+    cache = tmp_path / "cache"
+    if case == "existing":
+        cache.mkdir(mode=0o700)
+    elif case == "symlink":
+        (tmp_path / "target").mkdir()
+        cache.symlink_to(tmp_path / "target")
+    elif case == "other-user":
+        if os.geteuid() != 0:
+            pytest.skip("giving a folder to another user needs root")
+        cache.mkdir()
+        os.chown(cache, 65534, 65534)
+    env = {"PATH": os.environ["PATH"], "QL_PYTHON": str(python), "QL_LIB_DIR": str(tmp_path),
+           "QL_PYCACHE_DIR": "" if case == "empty" else str(cache)}
+
+    subprocess.run([*shell, os.path.join(ROOT, "conf", "qlshadow-wrapper.sh"), "--help"],
+                   env=env, check=True, timeout=30)
+
+    args = (tmp_path / "python3.args").read_text().splitlines()
+    if case in ("fresh", "existing"):
+        assert args == ["-X", f"pycache_prefix={cache}"]
+        assert cache.stat().st_mode & 0o777 == 0o700
+    else:
+        assert args == ["-B", "-c"]
+        assert not (tmp_path / "target").exists() or not list((tmp_path / "target").iterdir())

@@ -225,6 +225,7 @@ def test_the_package_serves_callbacks_pages_and_notifications_on_only_its_declar
                 "ID": str(cron_id), "QL_DATA_DIR": str(server.data_dir),
                 "QL_EXECUTION_ORIGIN": "scheduled_system", "QL_BASE_URL": server.url,
                 "QL_CLI": f"{server.bin} --config {server.conf}",
+                "QL_PYCACHE_DIR": server.env["QL_PYCACHE_DIR"],
                 **{k: v for k, v in server.python.env().items() if k != "QL_PYTHON"}}
     task = subprocess.run([busybox_static(), "sh", os.path.join(server.lib, "shell", "task.sh"),
                            "exit 3"], env=task_env, capture_output=True, text=True, timeout=120)
@@ -252,6 +253,10 @@ def test_the_package_serves_callbacks_pages_and_notifications_on_only_its_declar
 
     server.stop()
     assert undeclared(server) == {}
+    # python3-codecs is not declared: its unicodedata was asked for and refused, and the
+    # package's bootstrap stood in (test_without_python3_codecs_...).
+    assert "python3-codecs" not in feeds.depends(release)
+    assert "unicodedata" in server.python.refused()
     # Each declared package is one the product loads: none is there for nothing.
     owners = set(server.python.stdlib_owners(server.lib).values())
     assert set(feeds.depends(release)) <= owners
@@ -292,6 +297,84 @@ def test_notify_over_tls_without_python3_openssl_names_the_package_to_add(
     assert "_ssl" in server.python.refused()
     assert receiver.requests == []
     assert undeclared(server) == {}
+
+
+CODECS_PROBE = """
+import socket, sys
+lib = sys.argv[1]
+sys.path[:0] = [lib, lib + "/vendor"]
+import qlshadow_boot
+
+def attempt(what, call):
+    try:
+        print(what, "ok", call())
+    except Exception as exc:
+        print(what, type(exc).__name__, exc)
+
+print("stand-ins", sys.modules["unicodedata"].__name__ == "unicodedata" and
+      not hasattr(sys.modules["unicodedata"], "ucd_3_2_0"))
+attempt("localhost", lambda: sorted({a[4][0] for a in socket.getaddrinfo(
+    "localhost", 80, type=socket.SOCK_STREAM)} & {"127.0.0.1", "::1"}) != [])
+attempt("ascii", lambda: "Example.org.".encode("idna"))
+attempt("empty-label", lambda: "a..b".encode("idna"))
+attempt("non-ascii", lambda: "b\u00fccher.example".encode("idna"))
+attempt("resolve-non-ascii", lambda: socket.getaddrinfo("b\u00fccher.example", 80))
+attempt("punycode", lambda: b"xn--bcher-kva.example".decode("idna"))
+from werkzeug.utils import secure_filename
+attempt("secure_filename", lambda: secure_filename("a b.txt"))
+from qlshadow.textout import display_width
+attempt("width", lambda: (display_width("abc"), display_width("\u5907\u4efd\u4efb\u52a1"),
+                          display_width("\u00e9t\u00e9")))
+"""
+
+
+def run_probe(python: RouterPython, lib: str) -> dict:
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}, **python.env()}
+    result = subprocess.run([str(python.shim), "-B", "-c", CODECS_PROBE, lib], env=env,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    return {line.split(" ", 1)[0]: line.split(" ", 1)[1] for line in result.stdout.splitlines()}
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_without_python3_codecs_the_bootstrap_stands_in_for_ascii_host_names_only(
+        release, trees, tmp_path):
+    lib = str(trees(release) / "usr" / "lib" / "qlshadow")
+    python = RouterPython(release, tmp_path)
+    needs = ("needs the OpenWrt package python3-codecs "
+             "(opkg install python3-codecs / apk add python3-codecs)")
+
+    out = run_probe(python, lib)
+
+    assert "unicodedata" in python.refused()
+    assert out["stand-ins"] == "True"
+    assert out["localhost"] == "ok True"
+    assert out["ascii"] == "ok b'Example.org.'"
+    # Python wraps a codec's UnicodeError in one naming the codec, the message kept.
+    assert out["empty-label"].startswith("UnicodeError ")
+    assert "host name 'a..b' has an empty label" in out["empty-label"]
+    assert out["non-ascii"].startswith("UnicodeError ")
+    assert f"the non-ASCII host name 'b\u00fccher.example' {needs}" in out["non-ascii"]
+    assert out["resolve-non-ascii"] == out["non-ascii"]
+    assert out["punycode"].startswith("UnicodeError ")
+    assert f"decoding the punycode host name 'xn--bcher-kva.example' {needs}" in out["punycode"]
+    assert out["secure_filename"] == f"RuntimeError this needs unicodedata, which {needs}"
+    assert out["width"] == "ok (3, 8, 3)"  # CJK counted wide without unicodedata
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_with_python3_codecs_installed_the_bootstrap_leaves_the_real_unicodedata(
+        release, trees, tmp_path):
+    lib = str(trees(release) / "usr" / "lib" / "qlshadow")
+    python = RouterPython(release, tmp_path, allowed_packages(release) | {"python3-codecs"})
+
+    out = run_probe(python, lib)
+
+    assert out["stand-ins"] == "False"
+    assert out["non-ascii"] == "ok b'xn--bcher-kva.example'"
+    assert out["punycode"] == "ok b\u00fccher.example"
+    assert out["secure_filename"] == "ok a_b.txt"
+    assert out["width"] == "ok (3, 8, 3)"
 
 
 def test_the_staged_tree_holds_the_wrapper_the_app_the_shell_and_pure_python_libraries(trees):

@@ -1,12 +1,12 @@
 """scripts/pkgbuild: one staging (conf/openwrt/files.txt, bundled.txt) for both package
 formats, the build fronts scripts/build-ipk.sh and build-apk.sh, and what they promise:
 pinned library versions, the package release in the version, reproducible bytes, OpenWrt's
-maintainer-script wrapping, and (when the apk writer is in the tree) an apk that reads back."""
+maintainer-script wrapping, and an apk that reads back."""
 from __future__ import annotations
 
+import ast
 import configparser
 import hashlib
-import importlib.util
 import io
 import os
 import subprocess
@@ -23,7 +23,6 @@ sys.path.insert(0, os.path.join(ROOT, "scripts"))
 from pkgbuild import stage  # noqa: E402  (scripts/ is not a package)
 from pkgbuild.__main__ import apk_scripts  # noqa: E402
 
-HAS_APK_WRITER = importlib.util.find_spec("pkgbuild.apk") is not None
 
 
 def run_build(script: str, *args, **env) -> subprocess.CompletedProcess:
@@ -117,7 +116,7 @@ def test_the_byte_code_variant_is_sourceless_and_for_the_releases_python(tmp_pat
     # Only scripts/bench_package_start.py builds it, to compare with the shipped sources.
     tree = tmp_path / "root"
     tree.mkdir()
-    stage.stage(str(tree), "24.10", bytecode=True)
+    stage.stage(str(tree), "24.10", code="bytecode")
     magic = subprocess.run([stage.find_python("24.10"), "-c", "import importlib.util, sys; "
                             "sys.stdout.write(importlib.util.MAGIC_NUMBER.hex())"],
                            capture_output=True, text=True, check=True).stdout
@@ -125,6 +124,94 @@ def test_the_byte_code_variant_is_sourceless_and_for_the_releases_python(tmp_pat
 
     assert not list(lib.rglob("*.py"))
     assert {p.read_bytes()[:4].hex() for p in lib.rglob("*.pyc")} == {magic}
+    # Docstrings stripped, asserts kept: a module's byte code holds no docstring of its own.
+    flask = subprocess.run([stage.find_python("24.10"), "-I", "-c",
+                            "import sys; sys.path.insert(0, sys.argv[1]); import flask.app as a; "
+                            "print(a.__doc__, a.Flask.__doc__, a.Flask.run.__doc__)",
+                            str(lib / "vendor")], capture_output=True, text=True)
+    assert flask.stdout.split() == ["None", "None", "None"], flask.stderr
+
+
+def without_docstrings(source: bytes) -> str:
+    """The module's AST, docstrings removed, with every node's line numbers."""
+    tree = ast.parse(source)
+    for doc in stage.docstrings(tree):
+        doc.value.value = ""
+        doc.value.col_offset = doc.value.end_col_offset = doc.col_offset = doc.end_col_offset = 0
+    return ast.dump(tree, include_attributes=True)
+
+
+SAMPLE = """\
+\"\"\"Module doc,
+over two lines.\"\"\"  # after it
+import os  # why os
+
+
+class A:  # a class
+    \"\"\"Class doc.\"\"\"
+
+    # a comment line
+    def f(self, x="# not a comment"):
+        \'\'\'Function doc \u00e9\u00e9,
+
+        three lines.\'\'\'
+        s = \'\'\'kept
+        # kept too\'\'\'
+        return x + s + os.sep  # trailing
+
+
+def only_doc():
+    "Just a docstring."
+""".encode()
+
+
+def test_blanking_keeps_every_statement_on_its_line_without_docstrings_and_comments():
+    blanked = stage.blank_docs(SAMPLE)
+
+    assert blanked.count(b"\n") == SAMPLE.count(b"\n")
+    assert strip_columns(without_docstrings(blanked)) == strip_columns(without_docstrings(SAMPLE))
+    assert b"doc" not in blanked.replace(b"only_doc", b"") and b"# a" not in blanked
+    assert b"# not a comment" in blanked and b"# kept too" in blanked
+    namespace: dict = {}
+    exec(compile(blanked, "sample", "exec"), namespace)
+    assert namespace["A"]().f("x") == "xkept\n        # kept too/"
+    assert namespace["only_doc"]() is None
+
+
+def test_blanking_the_shipped_sources_changes_no_code_and_no_line_number(staged):
+    # The staged tree is blanked; the libraries' own files are the originals.
+    from importlib import metadata
+    checked = 0
+    for bundle in stage.read_bundled():
+        dist = metadata.distribution(bundle.name)
+        for file in dist.files or ():
+            staged_file = os.path.join(staged.tree + stage.LIB, "vendor", str(file))
+            if str(file).endswith(".py") and os.path.isfile(staged_file):
+                with open(dist.locate_file(file), "rb") as fh, open(staged_file, "rb") as st:
+                    original, blanked = fh.read(), st.read()
+                assert strip_columns(without_docstrings(blanked)) == \
+                    strip_columns(without_docstrings(original)), file
+                checked += 1
+    assert checked > 100
+
+
+def strip_columns(dump: str) -> str:
+    # Columns move where a comment or docstring went; line numbers must not.
+    import re
+    return re.sub(r"(end_)?col_offset=\d+", "", dump)
+
+
+def test_the_modules_nothing_imports_are_left_out_unless_asked_for(staged, tmp_path):
+    vendor = staged.tree + stage.LIB + "/vendor"
+    unused = [path for bundle in stage.read_bundled() for path in bundle.unused]
+    full = tmp_path / "root"
+    full.mkdir()
+    stage.stage(full, "24.10", trim=False, blank=False)
+
+    assert "click/shell_completion.py" in unused and "jinja2/sandbox.py" in unused
+    assert not [p for p in unused if os.path.exists(os.path.join(vendor, p))]
+    assert all((full / "usr/lib/qlshadow/vendor" / p).is_file() for p in unused)
+    assert os.path.isfile(vendor + "/jinja2/debug.py")  # template errors import it
 
 
 def test_the_packaged_config_keeps_data_on_flash(staged):
@@ -252,8 +339,6 @@ def test_apk_scripts_parse_under_every_shell(tmp_path):
 
 @pytest.fixture(scope="module")
 def apk(tmp_path_factory) -> dict:
-    if not HAS_APK_WRITER:
-        pytest.skip("scripts/pkgbuild/apk.py (the apk writer) is not in this tree")
     from pkgbuild.apk import read_apk
 
     out = tmp_path_factory.mktemp("apk")

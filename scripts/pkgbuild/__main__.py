@@ -117,10 +117,8 @@ def build(kind: str, out_dir: str) -> str:
             return ipk.write_ipk(os.path.join(out_dir, f"{stage.NAME}_{version}_all.ipk"), tree,
                                  fields, SUMMARY + "\n" + DESCRIPTION, conffiles=staged.conffiles,
                                  postinst=postinst, prerm=prerm, epoch=epoch)
-        try:
-            from .apk import write_apk
-        except ImportError:
-            raise stage.BuildError("this tree has no apk writer (scripts/pkgbuild/apk.py)") from None
+        from .apk import write_apk
+
         add_apk_records(tree, staged.conffiles)
         info = {"name": stage.NAME, "version": version,
                 "description": SUMMARY + " " + " ".join(DESCRIPTION.split()),

@@ -2,20 +2,28 @@
 
 The tree is conf/openwrt/files.txt's files plus the libraries pinned in
 conf/openwrt/bundled.txt, copied from the building Python's install, which must hold exactly
-those versions. Python modules ship as sources: half the flash of sourceless byte code
-(docs/PERFORMANCE.md, "OpenWrt packages"); /usr/bin/qlshadow runs Python with -B, so
-nothing is ever written beside them. compile_tree() makes the byte-code variant that
-scripts/bench_package_start.py compares.
+those versions, less the modules nothing of ours imports (bundled.txt's ~PATH).
+
+Python modules ship as sources with their docstrings and comments blanked, every line kept
+where it was (tracebacks still point at the right line): the smallest package
+(docs/PERFORMANCE.md, "OpenWrt packages"). /usr/bin/qlshadow keeps the byte code Python
+compiles from them in RAM (/tmp), never beside them. The other forms (`code=`, `blank=`,
+`trim=`) are what scripts/bench_package_start.py compares.
 """
 from __future__ import annotations
 
+import ast
 import glob
+import io
 import os
 import re
 import shutil
 import subprocess
 import sys
+import tokenize
 from dataclasses import dataclass
+
+from . import feeds
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MANIFEST = os.path.join(ROOT, "conf", "openwrt", "files.txt")
@@ -26,14 +34,6 @@ NAME = "qlshadow"
 
 # Each writer's release and the Python minor version its feed ships.
 RELEASES = {"24.10": (3, 11), "25.12": (3, 13)}
-
-# The split stdlib packages the service imports, used while this tree has no feed records
-# (scripts/pkgbuild/feeds.py): depends() below is the one place those plug in.
-# urllib.parse (werkzeug, ours), email (http.client; python3-urllib depends on it anyway),
-# unicodedata in python3-codecs (werkzeug.utils at load time, and the idna codec that
-# socket.getaddrinfo applies to every str host), decimal and uuid (peewee at load time).
-_PROVISIONAL_DEPENDS = ("python3-light", "python3-sqlite3", "python3-logging", "python3-urllib",
-                        "python3-email", "python3-codecs", "python3-decimal", "python3-uuid")
 
 # What is never carried from a bundled distribution: byte code, native speedups and their
 # C sources, type stubs.
@@ -60,6 +60,7 @@ class Bundle:
     version: str
     carry: tuple
     leave_out: tuple
+    unused: tuple = ()
 
 
 @dataclass
@@ -75,22 +76,13 @@ def depends(release: str) -> list[str]:
     """The OpenWrt packages the package declares for a release."""
     if release not in RELEASES:
         raise BuildError(f"unknown OpenWrt release {release!r}: one of {', '.join(RELEASES)}")
-    try:
-        from . import feeds
-    except ImportError:
-        return list(_PROVISIONAL_DEPENDS)
     return feeds.depends(release)
 
 
 def package_version(version: str, release: int) -> str:
     """Our version as both package managers get it: apk's rules ("0.1.0", 2 -> "0.1.0-r2")."""
-    try:
-        from .apk import apk_version
-    except ImportError:
-        # Only plain N.N.N versions until the apk writer's mapping is here.
-        if not re.fullmatch(r"[0-9]+(\.[0-9]+)*", version) or release < 0:
-            raise BuildError(f"version {version!r} release {release} has no package form") from None
-        return f"{version}-r{release}"
+    from .apk import apk_version
+
     try:
         return apk_version(version, release)
     except ValueError as exc:
@@ -130,11 +122,12 @@ def read_bundled(path: str = BUNDLED) -> list[Bundle]:
             if not fields:
                 continue
             name, _, version = fields[0].partition("==")
-            carry = tuple(f for f in fields[1:] if not f.startswith("!"))
+            carry = tuple(f for f in fields[1:] if not f.startswith(("!", "~")))
             if not name or not version or not carry:
-                raise BuildError(f"{path}:{number}: expected NAME==VERSION PATH... [!PATH...]")
+                raise BuildError(f"{path}:{number}: expected NAME==VERSION PATH... [!PATH...] [~PATH...]")
             bundles.append(Bundle(name, version, carry,
-                                  tuple(f[1:] for f in fields[1:] if f.startswith("!"))))
+                                  tuple(f[1:] for f in fields[1:] if f.startswith("!")),
+                                  tuple(f[1:] for f in fields[1:] if f.startswith("~"))))
     return bundles
 
 
@@ -213,17 +206,18 @@ def _set_data_dir(path: str) -> None:
         fh.write(text)
 
 
-def _stage_bundle(bundle: Bundle, vendor: str) -> None:
+def _stage_bundle(bundle: Bundle, vendor: str, trim: bool) -> None:
     """Copy one bundled distribution's carried files, licence and METADATA into vendor/."""
     from importlib import metadata
 
     dist = metadata.distribution(bundle.name)
     carried = 0
+    left_out = bundle.leave_out + (bundle.unused if trim else ())
     for file in dist.files or ():
         rel = str(file).replace(os.sep, "/")
         if not any(rel == c or rel.startswith(c.rstrip("/") + "/") for c in bundle.carry):
             continue
-        if any(rel == x or rel.startswith(x.rstrip("/") + "/") for x in bundle.leave_out):
+        if any(rel == x or rel.startswith(x.rstrip("/") + "/") for x in left_out):
             continue
         if _NOT_CARRIED.search(rel):
             continue
@@ -237,11 +231,13 @@ def _stage_bundle(bundle: Bundle, vendor: str) -> None:
         raise BuildError(f"{bundle.name} {bundle.version} has no licence file to carry")
     _copy(str(dist.locate_file(licences[0])), os.path.join(vendor, f"LICENSE.{bundle.name}"), 0o644)
     # importlib.metadata finds the bundled versions (Flask reads its own; serve checks
-    # waitress's against the range its callback lane was tested with).
+    # waitress's against the range its callback lane was tested with). Its headers only:
+    # the long description after them is a README nothing reads.
     info = os.path.join(vendor, f"{bundle.name}-{bundle.version}.dist-info", "METADATA")
     os.makedirs(os.path.dirname(info), exist_ok=True)
+    text = dist.read_text("METADATA") or f"Name: {bundle.name}\nVersion: {bundle.version}\n"
     with open(info, "w", encoding="utf-8") as fh:
-        fh.write(dist.read_text("METADATA") or f"Name: {bundle.name}\nVersion: {bundle.version}\n")
+        fh.write(text.split("\n\n", 1)[0] + "\n")
     os.chmod(info, 0o644)
 
 
@@ -267,44 +263,142 @@ def find_python(release: str) -> str:
                      f"was found to compile its byte code: set QL_PYTHON_{major}_{minor}")
 
 
-# Run by the release's Python: legacy sourceless .pyc beside each module, named in
-# tracebacks by its device path, hash-stamped (no source mtime in it: reproducible), with a
-# fixed hash seed (set constants are marshalled in hash order).
+# --- docstrings and comments ------------------------------------------------------------------
+
+_DOC_OWNERS = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
+_CODING = re.compile(rb"^[ \t\f]*#.*?coding[:=]")
+
+
+def docstrings(tree: ast.AST) -> list:
+    """The docstring statements (ast.Expr) of a module's tree."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, _DOC_OWNERS) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) \
+                    and isinstance(first.value.value, str):
+                found.append(first)
+    return found
+
+
+def blank_docs(source: bytes) -> bytes:
+    """A module's source with every docstring emptied and every comment removed, each line
+    left where it was: the same code at the same line numbers (nothing of ours or of the
+    bundled libraries reads __doc__ at run time: click's help only for click commands,
+    which the package has none of)."""
+    lines = source.splitlines(keepends=True)
+    # AST columns are UTF-8 byte offsets, so the lines are cut as bytes; last first.
+    for doc in sorted(docstrings(ast.parse(source)), key=lambda d: (d.lineno, d.col_offset),
+                      reverse=True):
+        first, last = doc.lineno - 1, doc.end_lineno - 1
+        head, tail = lines[first][:doc.col_offset], lines[last][doc.end_col_offset:]
+        if first == last:
+            lines[first] = head + b'""' + tail
+        else:
+            # An empty line per line the docstring took, inside one string literal.
+            lines[first:last + 1] = [head + b'"""\n'] + [b"\n"] * (last - first - 1) + \
+                [b'"""' + tail]
+    text = b"".join(lines)
+    lines = text.splitlines(keepends=True)
+    for token in tokenize.tokenize(io.BytesIO(text).readline):
+        if token.type != tokenize.COMMENT:
+            continue
+        row, col = token.start
+        if row <= 2 and _CODING.match(lines[row - 1]):
+            continue
+        line = lines[row - 1].decode("utf-8")
+        ending = line[len(line.rstrip("\r\n")):]
+        lines[row - 1] = (line[:col].rstrip() + ending).encode("utf-8")
+    return b"".join(lines)
+
+
+def blank_tree(lib_dir: str) -> None:
+    """blank_docs() every .py under lib_dir, in place."""
+    for folder, _dirs, names in os.walk(lib_dir):
+        for name in names:
+            if name.endswith(".py"):
+                path = os.path.join(folder, name)
+                with open(path, "rb") as fh:
+                    source = fh.read()
+                with open(path, "wb") as fh:
+                    fh.write(blank_docs(source))
+
+
+# --- byte code -------------------------------------------------------------------------------
+
+# Run by the release's Python: byte code of each module, named in tracebacks by its device
+# path, hash-stamped (no source mtime in it: reproducible), with a fixed hash seed (set
+# constants are marshalled in hash order). argv: LIB DEVICE_LIB FORM STRIP, FORM "legacy"
+# (sourceless x.pyc beside each module, the sources removed) or "cache" (sources kept,
+# __pycache__/x.cpython-3X.pyc, checked against the source's hash); STRIP "1" drops the
+# docstrings from the tree before compiling (asserts stay: no -OO).
 _COMPILE = """
-import json, os, py_compile, sys
-lib, device = sys.argv[1], sys.argv[2]
+import ast, importlib.util, os, sys
+lib, device, form, strip = sys.argv[1:5]
+from importlib._bootstrap_external import _code_to_hash_pyc
+owners = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
 for folder, dirs, names in os.walk(lib):
     dirs.sort()
     for name in sorted(names):
-        if name.endswith(".py"):
-            path = os.path.join(folder, name)
-            py_compile.compile(path, path + "c", dfile=device + path[len(lib):], doraise=True,
-                               optimize=0,
-                               invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)
-            os.chmod(path + "c", 0o644)
+        if not name.endswith(".py"):
+            continue
+        path = os.path.join(folder, name)
+        with open(path, "rb") as fh:
+            source = fh.read()
+        tree = ast.parse(source)
+        if strip == "1":
+            for node in ast.walk(tree):
+                body = getattr(node, "body", None)
+                if isinstance(node, owners) and body and isinstance(body[0], ast.Expr) \\
+                        and isinstance(body[0].value, ast.Constant) \\
+                        and isinstance(body[0].value.value, str):
+                    if len(body) == 1:
+                        body[0] = ast.copy_location(ast.Pass(), body[0])
+                    else:
+                        del body[0]
+        code = compile(tree, device + path[len(lib):], "exec", dont_inherit=True, optimize=0)
+        checked = form == "cache"
+        data = _code_to_hash_pyc(code, importlib.util.source_hash(source), checked)
+        target = importlib.util.cache_from_source(path) if checked else path + "c"
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        with open(target, "wb") as fh:
+            fh.write(data)
+        os.chmod(target, 0o644)
+        if not checked:
             os.remove(path)
 """
 
+CODE_FORMS = ("sources", "sources+bytecode", "bytecode")
 
-def compile_tree(lib_dir: str, python: str) -> None:
-    """Replace every .py under lib_dir by its sourceless byte code for that Python."""
+
+def compile_tree(lib_dir: str, python: str, *, keep_sources: bool = False,
+                 strip: bool = False) -> None:
+    """Compile every .py under lib_dir for that Python: sourceless legacy byte code, or
+    (keep_sources) __pycache__ byte code beside the sources."""
     env = {**os.environ, "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1"}
-    done = subprocess.run([python, "-I", "-c", _COMPILE, lib_dir, LIB], env=env,
-                          capture_output=True, text=True)
+    done = subprocess.run([python, "-I", "-c", _COMPILE, lib_dir, LIB,
+                           "cache" if keep_sources else "legacy", "1" if strip else "0"],
+                          env=env, capture_output=True, text=True)
     if done.returncode != 0:
         raise BuildError(f"{python} could not compile the package: {done.stderr.strip()[-500:]}")
 
 
 def stage(tree: str | os.PathLike, release: str, *, manifest: str = MANIFEST, bundled: str = BUNDLED,
-          bytecode: bool = False) -> Staged:
-    """Stage the package for a release into the empty folder tree (bytecode=True: sourceless
-    byte code for the release's Python instead of sources, for comparison only)."""
+          code: str = "sources", blank: bool = True, trim: bool = True) -> Staged:
+    """Stage the package for a release into the empty folder tree.
+
+    As shipped: sources with docstrings and comments blanked (blank), without the bundled
+    modules nothing imports (trim). For comparison only (scripts/bench_package_start.py):
+    code="bytecode" (sourceless byte code for the release's Python, docstrings stripped when
+    blank) or "sources+bytecode" (both, as a pip install leaves them)."""
     tree = os.fspath(tree)
     if release not in RELEASES:
         raise BuildError(f"unknown OpenWrt release {release!r}: one of {', '.join(RELEASES)}")
+    if code not in CODE_FORMS:
+        raise BuildError(f"unknown code form {code!r}: one of {', '.join(CODE_FORMS)}")
     bundles = read_bundled(bundled)
     check_bundled(bundles)
-    python = find_python(release) if bytecode else None
+    python = find_python(release) if code != "sources" else None
     entries = read_manifest(manifest)
     conffiles = []
     for entry in entries:
@@ -316,15 +410,17 @@ def stage(tree: str | os.PathLike, release: str, *, manifest: str = MANIFEST, bu
         _set_data_dir(tree + "/etc/qlshadow/qlshadow.conf")
     vendor = tree + LIB + "/vendor"
     for bundle in bundles:
-        _stage_bundle(bundle, vendor)
+        _stage_bundle(bundle, vendor, trim)
     with open(os.path.join(vendor, "VERSIONS"), "w", encoding="utf-8") as fh:
         fh.writelines(f"{b.name} {b.version}\n" for b in bundles)
     os.chmod(os.path.join(vendor, "VERSIONS"), 0o644)
-    if bytecode:
-        compile_tree(tree + LIB, python)
+    if blank and code != "bytecode":
+        blank_tree(tree + LIB)
+    if code != "sources":
+        compile_tree(tree + LIB, python, keep_sources=code == "sources+bytecode",
+                     strip=blank and code == "bytecode")
     # Modes are set, never inherited from the umask or the checkout; "/" itself included.
     for folder, _dirs, _files in os.walk(tree):
         os.chmod(folder, 0o755)
     return Staged(tree=tree, release=release, conffiles=sorted(conffiles),
                   bundled=[f"{b.name}=={b.version}" for b in bundles])
-
