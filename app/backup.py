@@ -15,9 +15,9 @@ from __future__ import annotations
 import os
 import time
 
-from .config import sqlite_file
+from .config import SNAPSHOT_SUFFIX, sqlite_file
 
-SUFFIX = ".snapshot"
+SUFFIX = SNAPSHOT_SUFFIX
 # Seconds after which a snapshot beside a live database is outdated and removed.
 STALE_AFTER = 600
 # SQLite's own files beside a database; a copy of any of them is either torn or useless.

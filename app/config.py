@@ -191,6 +191,10 @@ def parse_origins(raw: str) -> frozenset:
 SQLITE_URL_PREFIX = "sqlite:///"
 
 
+# The suffix of a SQLite database's snapshot (app/backup.py), beside the database.
+SNAPSHOT_SUFFIX = ".snapshot"
+
+
 def sqlite_file(url: str) -> str | None:
     """The file a sqlite:/// URL names (percent-decoded, query dropped); None for other URLs."""
     if not url.startswith(SQLITE_URL_PREFIX):

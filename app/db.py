@@ -223,7 +223,12 @@ def open_database(settings, create: bool = True) -> tuple:
 
 def _restore_snapshot(settings) -> None:
     """A database missing beside its snapshot (a firmware upgrade kept only the snapshot)
-    comes back before anything creates an empty one; one line says so."""
+    comes back before anything creates an empty one; one line says so. Without a snapshot
+    file (every start but the first after an upgrade) app/backup.py is not even loaded."""
+    from .config import SNAPSHOT_SUFFIX, sqlite_file
+    db_file = sqlite_file(settings.db_url)
+    if db_file is None or not os.path.isfile(db_file + SNAPSHOT_SUFFIX):
+        return
     from .backup import restore
     done = restore(settings)
     if done:

@@ -28,7 +28,7 @@ BOOT_ID = "/proc/sys/kernel/random/boot_id"
 def boot_id(path: str = BOOT_ID) -> str | None:
     """This boot's id, or None where the kernel has none to tell (not Linux)."""
     try:
-        with open(path, encoding="ascii") as fh:
+        with open(path, encoding="utf-8") as fh:  # a UUID; utf-8 is loaded already
             return fh.read().strip() or None
     except (OSError, ValueError):
         return None
