@@ -18,7 +18,7 @@ import urllib.request
 
 import pytest
 
-from conftest import STARTUP, http, run_cli, stop_process
+from helpers import STARTUP, http, run_cli, stop_process
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "scripts"))

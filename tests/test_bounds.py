@@ -10,7 +10,7 @@ import pytest
 
 from qlshadow.models import Cron, RunningInstance, ShadowFailure
 from qlshadow.parse import TIME_MAX
-from conftest import SHADOW_ON, STATUS_PATH, cli_env, run_cli, table_rows
+from helpers import SHADOW_ON, STATUS_PATH, cli_env, run_cli, table_rows
 
 BEYOND_64 = (2**63, 2**64, 10**30)
 

@@ -14,7 +14,7 @@ import pytest
 from qlshadow import db
 from qlshadow.cli import main
 from qlshadow.models import App, Cron, RunningInstance, Token
-from conftest import ROOT, cli_env, fixture_body, http, run_cli, table_rows
+from helpers import ROOT, cli_env, fixture_body, http, run_cli, table_rows
 
 TABLES = {"crons", "running_instances", "apps", "tokens", "shadow_runs", "shadow_failures"}
 

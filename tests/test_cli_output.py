@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from qlshadow.textout import duration
-from conftest import ONE_BACKEND, ROOT, SHADOW_ON, STATUS_PATH, cli_env, run_cli
+from helpers import ONE_BACKEND, ROOT, SHADOW_ON, STATUS_PATH, cli_env, run_cli
 
 # 2025-11-30 00:00:00 UTC, 08:00:00 in the box's zone (CST-8).
 SECONDS = 1764460800

@@ -18,7 +18,7 @@ from qlshadow import db
 from qlshadow.health import read_all
 from qlshadow.models import ClockStep
 from qlshadow.runtime import STEPS_KEPT, ClockWatch, record_step, watch_clock
-from conftest import SHADOW_ON, table_rows
+from helpers import SHADOW_ON, table_rows
 from reconcile_history import HOUR, defects, fire, history, new_cron, report_of
 from shellenv import wait_for
 

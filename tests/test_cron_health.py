@@ -14,7 +14,7 @@ import pytest
 from qlshadow import db, health
 from qlshadow.auth import create_app_record, issue_token
 from qlshadow.models import App, Cron, RunningInstance, ShadowRun
-from conftest import SHADOW_ON, STATUS_PATH, cli_env, run_cli
+from helpers import SHADOW_ON, STATUS_PATH, cli_env, run_cli
 from reconcile_history import execution_id, fire, new_cron
 
 BASE = 1764460800  # 2025-11-30 00:00 UTC: a multiple of every interval used here

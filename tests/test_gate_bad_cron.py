@@ -11,7 +11,7 @@ import pytest
 from qlshadow import db
 from qlshadow.auth import create_app_record
 from qlshadow.models import Cron
-from conftest import SHADOW_ON, cli_env, run_cli
+from helpers import SHADOW_ON, cli_env, run_cli
 from reconcile_history import HOUR, history, new_cron
 
 NEVER = "0 0 30 2 *"  # refused at the API today; stored by older versions

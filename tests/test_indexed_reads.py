@@ -14,7 +14,7 @@ import re
 import pytest
 
 from qlshadow import db, retention
-from conftest import SHADOW_ON, STATUS_PATH
+from helpers import SHADOW_ON, STATUS_PATH
 
 UUID_TAIL = "9d4a-4e6b-8f1a-2c3d4e5f6a7b"
 

@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT, http
+from helpers import ROOT, http
 
 SYSV = os.path.join(ROOT, "conf", "qlshadow.sysv")
 PROCD = os.path.join(ROOT, "conf", "qlshadow.init")

@@ -18,7 +18,7 @@ import time
 import pytest
 
 from qlshadow import __version__, config
-from conftest import ROOT, http
+from helpers import ROOT, http
 
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 from pkgbuild import stage  # noqa: E402  (scripts/ is not a package)

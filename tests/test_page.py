@@ -14,7 +14,7 @@ from qlshadow.views import create_app
 from qlshadow.auth import create_app_record
 from qlshadow.models import App
 from qlshadow.views.page import COOKIE, LIFETIME
-from conftest import SHADOW_ON
+from helpers import SHADOW_ON
 
 PAGES = ("/page/", "/page/gate", "/page/health")
 

@@ -12,7 +12,7 @@ import pytest
 from qlshadow import db
 from qlshadow.auth import create_app_record
 from qlshadow.models import Cron, RunningInstance, ShadowRun
-from conftest import ONE_BACKEND, SHADOW_ON, STATUS_PATH
+from helpers import ONE_BACKEND, SHADOW_ON, STATUS_PATH
 
 EID = "legacy-system:{s}:{n:08x}-9d4a-4e6b-8f1a-2c3d4e5f6a7b"
 BROWSER = "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"

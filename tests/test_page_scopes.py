@@ -12,7 +12,7 @@ import pytest
 from qlshadow import db
 from qlshadow.auth import create_app_record, issue_token
 from qlshadow.models import App
-from conftest import SHADOW_ON, STATUS_PATH
+from helpers import SHADOW_ON, STATUS_PATH
 
 LOG_TEXT = "the-secret-log-line"
 

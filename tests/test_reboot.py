@@ -11,7 +11,7 @@ from qlshadow import db
 from qlshadow.models import (CRON_IDLE, CRON_RUNNING, INSTANCE_FINISHED, INSTANCE_STOPPED, Cron,
                              HostBoot, RunningInstance)
 from qlshadow.shadow.reboot import boot_id, note_boot
-from conftest import SHADOW_ON, cli_env, run_cli, table_rows
+from helpers import SHADOW_ON, cli_env, run_cli, table_rows
 from reconcile_history import fire, new_cron
 
 

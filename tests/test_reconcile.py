@@ -12,7 +12,7 @@ import pytest
 
 from qlshadow import db
 from qlshadow.models import Cron
-from conftest import SHADOW_ON
+from helpers import SHADOW_ON
 from reconcile_history import (HOUR, callback, defects, fire, history, local_zone, new_cron,
                                report_of)
 

@@ -10,7 +10,7 @@ import pytest
 
 from qlshadow import db
 from qlshadow.auth import create_app_record
-from conftest import SHADOW_ON, cli_env, run_cli
+from helpers import SHADOW_ON, cli_env, run_cli
 from reconcile_history import HOUR, fire, history, new_cron
 
 CRON_KEYS = {"cron_id", "name", "schedule", "expected", "runs", "exited", "running", "failed",

@@ -21,7 +21,7 @@ from qlshadow.models import App, RunningInstance, ShadowRun, Token
 from qlshadow.shadow import run_state
 from qlshadow.shadow.ids import run_id
 from qlshadow.shadow.writer import observe
-from conftest import ROOT, SHADOW_ON, cli_env, http, run_cli
+from helpers import ROOT, SHADOW_ON, cli_env, http, run_cli
 
 DAY = 86400
 NOW = 1_800_000_000

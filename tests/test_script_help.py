@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT
+from helpers import ROOT
 
 SHELLS = [["busybox", "sh"], ["dash"], ["bash"]]
 SHELL_SCRIPTS = [os.path.join(ROOT, "scripts", "smoke.sh"), os.path.join(ROOT, "shell", "task.sh")]

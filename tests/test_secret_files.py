@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from conftest import ROOT, STARTUP, cli_env, http, run_cli, stop_process
+from helpers import ROOT, STARTUP, cli_env, http, run_cli, stop_process
 
 
 SECRETS = ("token.json", "runner-token.json", "runner.env", "runner.conf", "notify.conf",

@@ -19,7 +19,7 @@ import time
 
 import pytest
 
-from conftest import ROOT, http, run_cli, stop_process
+from helpers import ROOT, http, run_cli, stop_process
 
 TOY_APP = r'''
 import sys, threading, time

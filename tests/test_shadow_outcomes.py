@@ -13,7 +13,7 @@ import pytest
 from qlshadow import db
 from qlshadow.models import ShadowFailure, ShadowRun
 from qlshadow.shadow.reader import logical_row
-from conftest import SHADOW_ON, STATUS_PATH, legacy_rows, play
+from helpers import SHADOW_ON, STATUS_PATH, legacy_rows, play
 
 
 

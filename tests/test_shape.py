@@ -12,7 +12,7 @@ import zipfile
 
 import pytest
 
-from conftest import ROOT
+from helpers import ROOT
 
 APP_DIR = os.path.join(ROOT, "app")
 

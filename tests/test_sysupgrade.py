@@ -17,7 +17,7 @@ from operator import itemgetter
 from qlshadow import config, db
 from qlshadow.models import ShadowRun
 from qlshadow.shadow.reader import logical_row
-from conftest import ROOT, SHADOW_ON, STARTUP, http, run_cli, stop_process, LiveServer
+from helpers import ROOT, SHADOW_ON, STARTUP, http, run_cli, stop_process, LiveServer
 
 CRON = {"name": "backup", "command": "task backup.sh", "schedule": "*/5 * * * *"}
 

@@ -9,7 +9,7 @@ import pytest
 
 from qlshadow import db
 from qlshadow.auth import create_app_record
-from conftest import ONE_BACKEND, SHADOW_ON, STATUS_PATH
+from helpers import ONE_BACKEND, SHADOW_ON, STATUS_PATH
 
 SECONDS = 1764460800
 

@@ -17,7 +17,7 @@ from qlshadow import db, timefmt
 from qlshadow.auth import create_app_record
 from qlshadow.gate_report import format_report
 from qlshadow.models import Cron, RunningInstance, ShadowRun
-from conftest import SHADOW_ON, STATUS_PATH, cli_env, run_cli
+from helpers import SHADOW_ON, STATUS_PATH, cli_env, run_cli
 
 HUGE = 2**62  # 146138514283-06-19 07:45:04 UTC
 HUGE_TEXT = "146138514283-06-19 07:45:04 UTC"

@@ -6,7 +6,7 @@ import pytest
 
 from invariants import Inspector
 
-from .conftest import SHADOW, Execution
+from .helpers import SHADOW, Execution
 
 pytestmark = pytest.mark.faults
 

@@ -12,10 +12,10 @@ import time
 
 import pytest
 
-from conftest import ROOT, STARTUP, http
+from helpers import ROOT, STARTUP, http
 from invariants import Inspector
 
-from .conftest import SHADOW, fill_disk, json_error, make_crons, plan, send_callback
+from .helpers import SHADOW, fill_disk, json_error, make_crons, plan, send_callback
 
 pytestmark = [pytest.mark.faults, pytest.mark.parametrize("backend", ["sqlite"])]
 

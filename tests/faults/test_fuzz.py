@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from qlshadow.shadow.ids import parse_execution_id
 from invariants import Inspector
 
-from .conftest import SHADOW, execution_id
+from .helpers import SHADOW, execution_id
 
 pytestmark = pytest.mark.faults
 

@@ -20,11 +20,11 @@ from http.client import HTTPException
 
 import pytest
 
-from conftest import ROOT, STARTUP, run_cli
+from helpers import ROOT, STARTUP, run_cli
 from invariants import Inspector
 from lazyfs import LazyFS
 
-from .conftest import execution_id, make_crons, send_callback
+from .helpers import execution_id, make_crons, send_callback
 
 pytestmark = pytest.mark.faults
 
