@@ -11,14 +11,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from qlshadow import db, metrics
 from qlshadow.auth import create_app_record, issue_token
 from qlshadow.models import App, database
-from helpers import ONE_BACKEND, SHADOW_ON, STATUS_PATH, cli_env, run_cli
+from helpers import ONE_BACKEND, STATUS_PATH, cli_env, run_cli
+
+pytestmark = pytest.mark.shadow_on
 
 EID = "legacy-system:{s}:{n:08x}-9d4a-4e6b-8f1a-2c3d4e5f6a7b"
-
-
-@pytest.fixture
-def shadow_env() -> dict:
-    return SHADOW_ON
 
 
 @pytest.fixture

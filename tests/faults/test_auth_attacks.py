@@ -23,15 +23,10 @@ from invariants import Inspector
 
 from .helpers import SHADOW, Execution, json_error, make_crons, send_callback
 
-pytestmark = pytest.mark.faults
+pytestmark = [pytest.mark.shadow_on, pytest.mark.faults]
 
 ATTACKS = ["missing", "bearer-alone", "bearer-space", "basic", "very-long", "last-char",
            "truncated", "digest-as-token", "expired", "other-scope"]
-
-
-@pytest.fixture
-def shadow_env():
-    return SHADOW
 
 
 @pytest.fixture
