@@ -21,6 +21,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # The first line `qlshadow serve` prints once it listens; the first URL is the first host.
 STARTUP = re.compile(rb"qlshadow serving (http://(\S+):(\d+)) ")
+# The start-up line of the benches' floor app (scripts/bench_children/floor_app.py).
+FLOOR_STARTUP = re.compile(rb"floor serving (http://(\S+):(\d+))")
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -60,7 +62,8 @@ class Serve:
 
     def __init__(self, argv: list | None = None, env: dict | None = None, cwd: str = ROOT,
                  wrapper: list | tuple = (), log_path: str | None = None, timeout: float = 30,
-                 grace: float = 10):
+                 grace: float = 10, line: re.Pattern = STARTUP):
+        self.line = line  # another server's start-up line (groups: url, host, port)
         self.argv = list(wrapper) + list(argv or [sys.executable, "-m", "qlshadow.cli", "serve"])
         self.env = env if env is not None else clean_env()
         self.cwd, self.timeout, self.grace = cwd, timeout, grace
@@ -86,7 +89,7 @@ class Serve:
                                             stderr=subprocess.STDOUT)
         deadline = time.monotonic() + self.timeout
         while True:
-            match = STARTUP.search(self._read())
+            match = self.line.search(self._read())
             if match:
                 self.url = match.group(1).decode()
                 self.host = match.group(2).decode()
