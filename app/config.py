@@ -107,8 +107,8 @@ class Settings:
     # False: callbacks bump no in-process counters (metrics.Uncounted), /metrics shows zeros.
     count_metrics: bool = True
     # False: the Shadow write runs without its fail-open savepoint (what the savepoint costs,
-    # scripts/guarantee_costs.py); a failed Shadow write can then leave part of itself or
-    # abort the callback's transaction: never for a real service.
+    # scripts/guarantee_costs.py); a failed Shadow write then aborts the callback's whole
+    # transaction on PostgreSQL, its Legacy write too: never for a real service.
     shadow_savepoint: bool = True
     base_url: str = "http://127.0.0.1:5600"
     callback_timeout: int = 5
