@@ -647,9 +647,7 @@ def machine(python: str, workdir: str, pg_version) -> dict:
     mem = next((int(line.split()[1]) for line in read("/proc/meminfo").splitlines()
                 if line.startswith("MemTotal:")), 0)
     versions = subprocess.run(
-        [python, "-c", "import sys, sqlite3, importlib.metadata as m; print(sys.version.split()[0]);"
-         " print(sqlite3.sqlite_version);"
-         " print(' '.join(p + '=' + m.version(p) for p in ('flask', 'waitress', 'peewee')))"],
+        [python, child("versions")],
         capture_output=True, text=True, timeout=60).stdout.split("\n")
     fs = subprocess.run(["df", "-T", workdir], capture_output=True, text=True).stdout.splitlines()
     return {
