@@ -183,7 +183,7 @@ class Service:
                 output = fh.read()
             match = STARTUP.search(output)
             if match:
-                self.url = f"http://127.0.0.1:{match.group(1).decode()}"
+                self.url = match.group(1).decode()
                 return
             if _exited(self.pid):
                 raise AssertionError("the service did not start on what survived the cut:\n"
