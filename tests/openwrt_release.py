@@ -14,7 +14,6 @@ import glob
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -29,6 +28,7 @@ if os.path.join(ROOT, "scripts") not in sys.path:
 
 import bench_closure  # noqa: E402
 from pkgbuild import feeds  # noqa: E402
+from harness import free_port  # noqa: E402
 from shellenv import IN_CI  # noqa: E402
 
 PYENV = os.environ.get("QL_TEST_PYENV", "/root/.pyenv/versions")
@@ -223,12 +223,6 @@ class RouterPython:
 
 
 # --- running it ----------------------------------------------------------------------------
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
 
 class RouterServer:
     """The staged package's /usr/bin/qlshadow on a RouterPython, with its own data folder."""

@@ -10,7 +10,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -18,7 +17,7 @@ import time
 import pytest
 
 from qlshadow import __version__, config
-from helpers import ROOT, http
+from helpers import ROOT, free_port, http
 
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 from pkgbuild import stage  # noqa: E402  (scripts/ is not a package)
@@ -300,12 +299,6 @@ def bare_python(tmp_path_factory, release_python) -> str:
         probe = subprocess.run([python, "-c", f"import {module}"], capture_output=True)
         assert probe.returncode != 0, f"{module} must not be installed in the bare venv"
     return python
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class PackagedServer:
