@@ -57,7 +57,8 @@ class Serve:
     argv: the whole command (default: this Python's `-m qlshadow.cli serve`); wrapper: words
     put before it (e.g. ["qemu-arm", "-L", root]). env is complete as given (build it with
     clean_env). Output goes to a file, not a pipe: a pipe nobody drains would block the
-    server. After start(): url, host, port, process, pid; output() is the log so far.
+    server. After start(): url, host, port, startup_line, process, pid; output() is the
+    log of this start so far.
     """
 
     def __init__(self, argv: list | None = None, env: dict | None = None, cwd: str = ROOT,
@@ -75,6 +76,7 @@ class Serve:
         self.url = self.host = None
         self.port = None
         self.returncode = None
+        self.startup_line = ""  # the whole line the start-up pattern was found in
         self._offset = 0
 
     @property
@@ -91,6 +93,10 @@ class Serve:
         while True:
             match = self.line.search(self._read())
             if match:
+                text = self._read()
+                end = text.find(b"\n", match.end())
+                self.startup_line = text[text.rfind(b"\n", 0, match.start()) + 1:
+                                         end if end >= 0 else None].decode("utf-8", "replace")
                 self.url = match.group(1).decode()
                 self.host = match.group(2).decode()
                 self.port = int(match.group(3))

@@ -17,7 +17,7 @@ import time
 import pytest
 
 from qlshadow import __version__, config
-from helpers import ROOT, free_port, http
+from helpers import ROOT, Serve, free_port, http
 
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 from pkgbuild import stage  # noqa: E402  (scripts/ is not a package)
@@ -330,19 +330,8 @@ class PackagedServer:
             return json.load(fh)["value"]
 
     def start(self) -> None:
-        with open(self.log, "wb") as out:
-            self.process = subprocess.Popen([self.bin, "--config", self.conf, "serve"],
-                                            env=self.env, cwd=str(self.root), stdout=out,
-                                            stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            if b"qlshadow serving" in self.log.read_bytes():
-                return
-            if self.process.poll() is not None:
-                break
-            time.sleep(0.05)
-        self.stop()
-        raise AssertionError(f"packaged server did not start: {self.log.read_text()}")
+        self.process = Serve([self.bin, "--config", self.conf, "serve"], env=self.env,
+                             cwd=str(self.root), log_path=str(self.log)).start().process
 
     def stop(self, sig=signal.SIGTERM) -> None:
         if self.process and self.process.poll() is None:
