@@ -18,7 +18,6 @@ import argparse
 import json
 import os
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -28,6 +27,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import prepare_32bit  # noqa: E402  (scripts/ is not a package)
+from harness import Serve  # noqa: E402
 from pkgbuild import ipk, stage  # noqa: E402
 
 
@@ -50,20 +50,9 @@ def _time_command(tree: str, env: dict, *args: str) -> float:
 
 def _time_serve(tree: str, env: dict, log: str) -> float:
     start = time.monotonic()
-    with open(log, "wb") as out:
-        process = subprocess.Popen([tree + "/usr/bin/qlshadow", "serve"], env=env, stdout=out,
-                                   stderr=subprocess.STDOUT)
-    try:
-        while process.poll() is None and time.monotonic() - start < 300:
-            with open(log, "rb") as fh:
-                if b"qlshadow serving" in fh.read():
-                    return time.monotonic() - start
-            time.sleep(0.02)
-        raise RuntimeError(f"serve did not start: {open(log).read()[-500:]}")
-    finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            process.wait(60)
+    with Serve([tree + "/usr/bin/qlshadow", "serve"], env=env, cwd=os.getcwd(), log_path=log,
+               timeout=300, grace=60):
+        return time.monotonic() - start
 
 
 def measure(runs: int) -> dict:
