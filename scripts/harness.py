@@ -85,6 +85,7 @@ class Serve:
 
     def start(self) -> Serve:
         """Spawn and wait for the start-up line; raises (with the output) if it never comes."""
+        os.makedirs(os.path.dirname(os.path.abspath(self.log_path)), exist_ok=True)
         with open(self.log_path, "ab") as log:
             self._offset = log.tell()
             self.process = subprocess.Popen(self.argv, env=self.env, cwd=self.cwd, stdout=log,

@@ -1,4 +1,5 @@
-"""Shared fixtures: a real SQLite file and a real PostgreSQL database.
+"""Shared fixtures (only fixtures: the helpers tests import are in tests/helpers.py): a real
+SQLite file and a real PostgreSQL database.
 
 Every database test runs on both backends via the `backend` parameter. SQLite gets a new
 file per test. PostgreSQL gets one database per session (made on first use), emptied before
@@ -13,32 +14,10 @@ import os
 import time
 
 import pytest
-from helpers import (BACKENDS, PG_URL_BASE, SHADOW_ON, LiveServer, create_pg_database,
-                     drop_pg_database, empty_pg_database, legacy_rows, play)
+from helpers import BACKENDS, SHADOW_ON, LiveServer, SessionDatabases, legacy_rows, play
 
 from qlshadow import config, db
 from qlshadow.views import create_app
-
-
-class SessionDatabases:
-    """This session's PostgreSQL databases by role ("main", "twin"), made on first use."""
-
-    def __init__(self):
-        self.names: dict = {}
-
-    def fresh(self, role: str = "main") -> str:
-        """The URL of the role's database, emptied for the calling test."""
-        name = self.names.get(role)
-        if name is None:
-            _, name = create_pg_database()  # skips (or fails in CI) when unreachable
-            self.names[role] = name
-        else:
-            empty_pg_database(name)
-        return PG_URL_BASE + name
-
-    def drop_all(self) -> None:
-        for name in self.names.values():
-            drop_pg_database(name)
 
 
 @pytest.fixture(scope="session")

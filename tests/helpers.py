@@ -105,6 +105,27 @@ def empty_pg_database(name: str) -> None:
         conn.close()
 
 
+class SessionDatabases:
+    """This session's PostgreSQL databases by role ("main", "twin"), made on first use."""
+
+    def __init__(self):
+        self.names: dict = {}
+
+    def fresh(self, role: str = "main") -> str:
+        """The URL of the role's database, emptied for the calling test."""
+        name = self.names.get(role)
+        if name is None:
+            _, name = create_pg_database()  # skips (or fails in CI) when unreachable
+            self.names[role] = name
+        else:
+            empty_pg_database(name)
+        return PG_URL_BASE + name
+
+    def drop_all(self) -> None:
+        for name in self.names.values():
+            drop_pg_database(name)
+
+
 # The backend matrix is for behaviour that involves the database. A test of what happens
 # above it (HTTP framing, body parsing, path rules, the server process) still needs a
 # database for the app to start, but a second backend would test nothing new.
