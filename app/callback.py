@@ -26,7 +26,8 @@ def handle(raw: bytes, settings, runtime) -> str:
     cb = parse_status_callback(decode_json(raw))
     now = int(time.time())
     shadow = settings.shadow_on and cb.execution_id is not NOT_GIVEN
-    outcome = db.run_write(_write, runtime.pruner, cb, now, shadow, settings.failure_cap)
+    outcome = db.run_write(_write, runtime.pruner, cb, now, shadow, settings.failure_cap,
+                           settings.shadow_savepoint)
     # Committed: /health hears that writes work, and the Shadow outcome is counted (a
     # rolled-back one never is). A database error out of run_write wrote nothing; the web
     # adapter's error answer (views/errors.answer_for) records it.
@@ -36,14 +37,14 @@ def handle(raw: bytes, settings, runtime) -> str:
     return outcome
 
 
-def _write(pruner, cb, now: int, shadow: bool, failure_cap: int) -> str:
+def _write(pruner, cb, now: int, shadow: bool, failure_cap: int, fail_open: bool) -> str:
     """The body of the callback's one transaction."""
     crons = apply_status_callback(cb, now)
     # Bounded retention shares the callback's transaction, outside Shadow's savepoint.
     pruner.on_write(now)
     if not shadow:
         return "off"
-    return (_observe or _load_writer())(cb, crons, now, failure_cap)
+    return (_observe or _load_writer())(cb, crons, now, failure_cap, fail_open)
 
 
 _observe = None

@@ -103,6 +103,16 @@ class Settings:
     max_body: int = 65536
     db_timeout: float = 5.0
     sqlite_synchronous: str = "full"
+    # Parameters no environment variable sets: benches vary them through Settings, with
+    # dataclasses.replace (scripts/bench.py's design space, scripts/bench_storage.py).
+    # SQLite pragmas put over db.SQLITE_PRAGMAS (a page_size applies to a new file only);
+    sqlite_pragmas: tuple = ()
+    # False: callbacks bump no in-process counters (metrics.Uncounted), /metrics shows zeros.
+    count_metrics: bool = True
+    # False: the Shadow write runs without its fail-open savepoint (what the savepoint costs,
+    # scripts/guarantee_costs.py); a failed Shadow write then aborts the callback's whole
+    # transaction on PostgreSQL, its Legacy write too: never for a real service.
+    shadow_savepoint: bool = True
     base_url: str = "http://127.0.0.1:5600"
     callback_timeout: int = 5
     # Retention (docs/CONTRACT.md, "Retention"); 0 switches a limit off. Sized for a router:

@@ -64,6 +64,8 @@ class RouterSqliteDatabase(SqliteDatabase):
     # The thread whose connections commit at NORMAL because a group commit fsyncs the WAL
     # for them before their callbacks are answered (group_commit.py); None: no such thread.
     grouped_thread = None
+    page_size = None  # a new file's page size when not schema.PAGE_SIZE (make_database)
+    checkpoint_pages = None  # wal_autocheckpoint as given, else WAL_CHECKPOINT_BYTES' pages
 
     def rollback(self):
         if not self.is_closed() and not self.connection().in_transaction:
@@ -74,7 +76,7 @@ class RouterSqliteDatabase(SqliteDatabase):
         super()._add_conn_hooks(conn)
         # The checkpoint point is a number of pages: keep it at the same bytes whatever the
         # file's page size (1 KiB for a new database, 4 KiB for one made before).
-        conn.execute(f"PRAGMA wal_autocheckpoint = {wal_checkpoint_pages(conn)}")
+        conn.execute(f"PRAGMA wal_autocheckpoint = {self.checkpoint_pages or wal_checkpoint_pages(conn)}")
         if threading.get_ident() == self.grouped_thread:
             conn.execute("PRAGMA synchronous = NORMAL")
 
@@ -89,14 +91,24 @@ def wal_checkpoint_pages(conn) -> int:
 _sqlite_write_lock = threading.Lock()
 
 
-def make_database(url: str, timeout: float = 5.0, synchronous: str = "full") -> Database:
-    """Build (but do not connect) the database named by a checked QL_DB_URL."""
+def make_database(url: str, timeout: float = 5.0, synchronous: str = "full",
+                  pragmas: tuple = ()) -> Database:
+    """Build (but do not connect) the database named by a checked QL_DB_URL.
+
+    pragmas (SQLite only; Settings.sqlite_pragmas) replace or add to SQLITE_PRAGMAS: a
+    wal_autocheckpoint there is kept as given, a page_size is what schema gives a new file.
+    """
     path = sqlite_file(url)
     if path is not None:
-        pragmas = (("synchronous", synchronous),) + SQLITE_PRAGMAS[1:]
-        sqlite_db = RouterSqliteDatabase(path, pragmas=pragmas, timeout=timeout,
+        chosen = dict(SQLITE_PRAGMAS, synchronous=synchronous)
+        chosen.update(pragmas)
+        page_size = chosen.pop("page_size", None)
+        sqlite_db = RouterSqliteDatabase(path, pragmas=tuple(chosen.items()), timeout=timeout,
                                          autoconnect=False, check_same_thread=False)
         sqlite_db.synchronous = synchronous
+        sqlite_db.page_size = int(page_size) if page_size else None
+        if "wal_autocheckpoint" in dict(pragmas):
+            sqlite_db.checkpoint_pages = int(dict(pragmas)["wal_autocheckpoint"])
         return sqlite_db
     try:
         import psycopg2  # noqa: F401 -- only PostgreSQL needs it; say so before connecting
@@ -204,7 +216,8 @@ def open_database(settings, create: bool = True) -> tuple:
     _check_data_dir(settings.data_dir, create)
     if create:
         _restore_snapshot(settings)
-    db = make_database(settings.db_url, settings.db_timeout, settings.sqlite_synchronous)
+    db = make_database(settings.db_url, settings.db_timeout, settings.sqlite_synchronous,
+                       settings.sqlite_pragmas)
     bind(db)
     if is_sqlite(db):
         _check_sqlite_file(db.database, create)

@@ -59,6 +59,17 @@ class Counters:
                     "write_errors": self._write_errors}
 
 
+class Uncounted(Counters):
+    """Counters whose callback and Shadow counts stay at zero (Settings.count_metrics=False):
+    what those two lock-taking increments cost is measured against it (scripts/bench.py)."""
+
+    def count_callback(self, result: str) -> None:
+        pass
+
+    def count_shadow(self, outcome: str) -> None:
+        pass
+
+
 def _escape(value) -> str:
     # Label values escape backslash, double quote and newline; nothing else.
     return str(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")

@@ -31,7 +31,7 @@ class Runtime:
 
     def __init__(self, settings):
         self.tokens = TokenCache()
-        self.counters = metrics.Counters()
+        self.counters = metrics.Counters() if settings.count_metrics else metrics.Uncounted()
         self.writes = db.WriteHealth()
         self.pruner = retention.Pruner(retention.policy_of(settings))
 

@@ -365,7 +365,7 @@ def upgrade_schema(cause: Callable[[BaseException], str] = _first_line) -> str:
             # A page size holds only from the file's first write; an existing database
             # keeps its own (changing it takes a VACUUM: free space the size of the file).
             if db.execute_sql("PRAGMA page_count").fetchone()[0] == 0:
-                db.execute_sql(f"PRAGMA page_size = {PAGE_SIZE}")
+                db.execute_sql(f"PRAGMA page_size = {getattr(db, 'page_size', None) or PAGE_SIZE}")
             mode = db.execute_sql("PRAGMA journal_mode=wal").fetchone()[0].lower()
         if _current(db) == LATEST and not _missing_tables(db):  # the usual start: no lock
             move_old_runs(db)

@@ -32,9 +32,7 @@ import json
 import os
 import platform
 import random
-import re
 import shutil
-import signal
 import sqlite3
 import statistics
 import subprocess
@@ -46,153 +44,25 @@ import uuid
 from importlib.util import find_spec
 from urllib.parse import urlsplit, urlunsplit
 
+from harness import FLOOR_STARTUP, STARTUP, Serve
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-STARTUP_LINE = re.compile(rb"serving http://127\.0\.0\.1:(\d+)")
 MIB = 1024 * 1024
-
-# The floor: what Flask + waitress cost with nothing of ours in between. Same imports
-# (peewee too: it loads sqlite3 and any installed PostgreSQL driver), same threads, same
-# waitress options and the same route; no database.
-FLOOR_SOURCE = r'''
-import logging, os, sys
-import peewee  # noqa: F401  (the product imports it: its import cost belongs to the floor)
-from flask import Flask, Response, jsonify, request
-from waitress.server import create_server
-
-app = Flask("floor")
-OK_BODY = b'{"code":200}\n'
-WRITE_DB = os.environ.get("FLOOR_WRITE_DB")
+CHILDREN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bench_children")
 
 
-@app.route("/open/crons/status", methods=["PUT", "POST"])
-def status():
-    raw = request.get_data(cache=False)
-    if WRITE_DB:
-        write(raw)
-    return Response(OK_BODY, status=200, mimetype="application/json")
+def child(name: str) -> str:
+    """The path of one of the programs the bench runs in child processes (bench_children/)."""
+    return os.path.join(CHILDREN, name + ".py")
 
-
-if WRITE_DB:
-    # The write reference: the least any product can do per callback, one transaction that
-    # updates one row (same pragmas, one connection under a lock, no ORM).
-    import json, sqlite3, threading
-    conn = sqlite3.connect(WRITE_DB, isolation_level=None, check_same_thread=False)
-    for pragma in ("journal_mode=wal", "synchronous=normal", "cache_size=-512"):
-        conn.execute("PRAGMA " + pragma)
-    conn.execute("CREATE TABLE IF NOT EXISTS crons (id INTEGER PRIMARY KEY, status INTEGER, pid INTEGER)")
-    conn.executemany("INSERT OR IGNORE INTO crons (id, status) VALUES (?, 1)",
-                     [(i,) for i in range(1, 10001)])
-    lock = threading.Lock()
-
-    def write(raw):
-        body = json.loads(raw)
-        with lock:
-            conn.execute("BEGIN IMMEDIATE")
-            conn.execute("UPDATE crons SET status = ?, pid = ? WHERE id = ?",
-                         (int(body["status"]), int(body["pid"]), int(body["ids"][0])))
-            conn.execute("COMMIT")
-
-
-@app.route("/health", methods=["GET"])
-def health():
-    return jsonify(code=200, data={"status": "ok"})
-
-
-logging.basicConfig(level=logging.INFO, format="floor: %(levelname)s %(name)s: %(message)s")
-logging.getLogger("waitress.queue").setLevel(logging.ERROR)
-server = create_server(app, host="127.0.0.1", port=int(os.environ.get("QL_PORT", "0")),
-                       threads=int(os.environ.get("QL_THREADS", "4")),
-                       max_request_body_size=1024 * 1024, ident="qlshadow",
-                       clear_untrusted_proxy_headers=True)
-print(f"floor serving http://127.0.0.1:{server.effective_port}", flush=True)
-try:
-    server.run()
-except KeyboardInterrupt:
-    pass
-'''
-
-# The write floor: N transactions, each updating one row, with the product's pragmas: WAL,
-# 4 KiB pages (the floor of issue 23) and the synchronous level the product runs with.
-WRITE_FLOOR_SOURCE = r'''
-import os, sqlite3, sys
-
-def write_bytes():
-    with open("/proc/self/io") as fh:
-        for line in fh:
-            if line.startswith("write_bytes:"):
-                return int(line.split()[1])
-
-path, count, rows, level = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
-conn = sqlite3.connect(path, isolation_level=None)
-conn.execute("PRAGMA journal_mode=wal")
-conn.execute("PRAGMA synchronous=" + level)
-conn.execute("PRAGMA cache_size=-512")
-conn.execute("CREATE TABLE crons (id INTEGER PRIMARY KEY, name TEXT, status INTEGER, "
-             "pid INTEGER, log_path TEXT, last_execution_time INTEGER)")
-conn.executemany("INSERT INTO crons (id, name, status) VALUES (?, ?, 1)",
-                 [(i, f"cron {i}") for i in range(1, rows + 1)])
-conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-os.sync()
-before = write_bytes()
-for n in range(count):
-    conn.execute("BEGIN IMMEDIATE")
-    conn.execute("UPDATE crons SET status = ?, pid = ? WHERE id = ?", (n % 2, n, n % rows + 1))
-    conn.execute("COMMIT")
-after = write_bytes()
-print(after - before)
-'''
 
 # waitress's own default, and the floor's best: its 1-thread figure is far lower (its main
 # loop polls a busy channel while the one worker finishes a Flask response).
 FLOOR_THREADS = 4
 
-# Other designs, for the table of designs in docs/PERFORMANCE.md: `qlshadow serve` with
-# other serving parameters (serving.serve's threads, callback_lane, switch_interval), or the
-# metrics counters replaced by no-ops.
-VARIANT_SOURCE = r"""
-import json, os, sys
-from qlshadow import config, db, metrics, retention, serving
-options = json.loads(sys.argv[1])
-if options.pop("counters", "metrics") == "nometrics":
-    metrics.Counters.count_callback = metrics.Counters.count_shadow = lambda self, name: None
-# Knobs of --design-space only (never product settings): SQLite pragmas, no retention step.
-pragmas = dict(db.SQLITE_PRAGMAS)
-for key in ("wal_autocheckpoint", "cache_size", "page_size", "journal_size_limit"):
-    if os.environ.get("BENCH_" + key.upper()):
-        pragmas[key] = os.environ["BENCH_" + key.upper()]
-db.SQLITE_PRAGMAS = tuple(pragmas.items())
-if os.environ.get("BENCH_SYNCHRONOUS"):  # any level, "off" too (the product takes full|normal)
-    level, make = os.environ["BENCH_SYNCHRONOUS"], db.make_database
-    db.make_database = lambda url, timeout=5.0, synchronous=None: make(url, timeout, level)
-if os.environ.get("BENCH_PAGE_SIZE"):
-    # The database was made by `qlshadow token system` before the knobs applied: rebuild
-    # it (still nearly empty) with the page size asked for.
-    import sqlite3
-    conn = sqlite3.connect(config.sqlite_file(os.environ["QL_DB_URL"]), isolation_level=None)
-    for statement in ("PRAGMA journal_mode=delete", f"PRAGMA page_size={pragmas['page_size']}",
-                      "VACUUM", "PRAGMA journal_mode=wal"):
-        conn.execute(statement)
-    conn.close()
-if os.environ.get("BENCH_NO_RETENTION"):
-    retention.Pruner.on_write = lambda self, now: 0
-sys.exit(serving.serve(config.load(), **options))
-"""
-
-# The metrics counters a callback bumps (one answer, one Shadow outcome), timed in a loop.
-COUNTERS_SOURCE = r'''
-import time
-from qlshadow import metrics
-counters = metrics.Counters()
-n = 200000
-t = time.process_time()
-for _ in range(n):
-    counters.count_callback("ok")
-    counters.count_shadow("created")
-print((time.process_time() - t) / n * 1e6)
-'''
-
-# --variants: (name, serving.serve options and the counters patch above, QL_THREADS or None for
-# the product's default). Shadow on, SQLite.
+# --variants, for the table of designs in docs/PERFORMANCE.md (bench_children/serve_variant.py):
+# (name, serving.serve options or "counters": "nometrics" for Settings.count_metrics=False,
+# QL_THREADS or None for the product's default). Shadow on, SQLite.
 VARIANTS = (
     # waitress's documented API only: callbacks on 4 worker threads, one at a time / all at once
     ("on_workers_lock", {"callback_lane": "lock"}, 4),
@@ -235,14 +105,6 @@ DESIGN_SPACE = (
 )
 
 # PostgreSQL administration through the servers' driver (the client stays stdlib-only).
-PG_SOURCE = r'''
-import sys, psycopg2
-conn = psycopg2.connect(sys.argv[1], connect_timeout=3)
-conn.autocommit = True
-cur = conn.cursor()
-cur.execute(sys.argv[2])
-print(cur.fetchone()[0] if cur.description else "")
-'''
 
 _T0 = time.monotonic()
 
@@ -289,7 +151,7 @@ def pg_url_for(base: str, name: str) -> str:
 
 
 def pg_query(python: str, url: str, sql: str) -> str:
-    result = subprocess.run([python, "-c", PG_SOURCE, url, sql], capture_output=True,
+    result = subprocess.run([python, child("pg_query"), url, sql], capture_output=True,
                             text=True, timeout=60)
     if result.returncode != 0:
         lines = result.stderr.strip().splitlines()
@@ -312,7 +174,8 @@ class Server:
         self.token = ""
         self.cron_ids: list = []
         self.figures: dict = {}
-        self._log = None
+        self.serve: Serve | None = None
+        self.line = STARTUP  # the floor's is FLOOR_STARTUP
 
     @property
     def pid(self) -> int:
@@ -320,26 +183,15 @@ class Server:
 
     def start(self) -> float:
         """Start the process; returns seconds from spawn to the first /health 200."""
-        log_path = os.path.join(self.workdir, f"{self.name}.log")
-        self._log = open(log_path, "ab")
-        offset = self._log.tell()
         began = time.monotonic()
-        self.process = subprocess.Popen(self.argv, env=self.env, cwd=ROOT, stdout=self._log,
-                                        stderr=subprocess.STDOUT)
+        self.serve = Serve(self.argv, env=self.env, log_path=os.path.join(self.workdir, f"{self.name}.log"),
+                           timeout=60, line=self.line)
+        try:
+            self.serve.start()
+        except RuntimeError as exc:
+            raise RuntimeError(f"{self.name} did not start: {exc}") from None
+        self.process, self.port = self.serve.process, self.serve.port
         deadline = began + 60
-        with open(log_path, "rb") as fh:
-            while True:
-                fh.seek(offset)
-                match = STARTUP_LINE.search(fh.read())
-                if match:
-                    self.port = int(match.group(1))
-                    break
-                if self.process.poll() is not None or time.monotonic() > deadline:
-                    fh.seek(offset)
-                    output = fh.read().decode("utf-8", "replace")
-                    self.stop()
-                    raise RuntimeError(f"{self.name} did not start:\n{output}")
-                time.sleep(0.002)
         while True:
             try:
                 status, _ = request(self.port, "GET", "/health", timeout=5)
@@ -353,16 +205,8 @@ class Server:
             time.sleep(0.002)
 
     def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(10)
-        if self._log is not None:
-            self._log.close()
-            self._log = None
+        if self.serve is not None:
+            self.serve.stop()
 
     def storage_bytes(self):
         """Database (+ WAL) size in bytes, or None for the floor."""
@@ -425,14 +269,14 @@ def make_floor(python: str, base: str, threads: int | None, write: bool = False)
     name = "floor_write" if write else "floor"
     workdir = os.path.join(base, name)
     os.makedirs(workdir)
-    path = os.path.join(workdir, "floor_app.py")
-    with open(path, "w") as fh:
-        fh.write(FLOOR_SOURCE)
+    path = child("floor_app")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("QL_", "QL3_", "FLOOR_"))}
     env.update({"QL_PORT": "0", "QL_THREADS": str(threads or FLOOR_THREADS)})
     if write:
         env["FLOOR_WRITE_DB"] = os.path.join(workdir, "floor.db")
-    return Server(name, [python, path], env, workdir, None)
+    server = Server(name, [python, path], env, workdir, None)
+    server.line = FLOOR_STARTUP
+    return server
 
 
 def create_crons(server: Server, count: int) -> None:
@@ -624,77 +468,11 @@ def summarize(callbacks: int, seconds: float, latencies: list, errors: list) -> 
 # `runs` exited Shadow Runs over the last days (one a minute per cron, newest first) and
 # `old` more, 40 days older, for `qlshadow prune` to delete. Plain executemany in batches
 # of 50,000 under the product's own models, ids and schema.
-SEED_SOURCE = r"""
-import itertools, sys, time
-from qlshadow import config, db
-from qlshadow.models import Cron
-from qlshadow.shadow.ids import attempt_id, revision_doc, run_id, task_revision
-crons, runs, old = map(int, sys.argv[1:4])
-database, _ = db.open_database(config.load())
-with database.connection_context():
-    slim = "request_uuid" in {c.name for c in database.get_columns("shadow_runs")}
-if slim:
-    from qlshadow.schema import MOVED as COLUMNS, _slim as stored
-else:  # a tree from before the slim Run (--baseline): every logical field
-    COLUMNS = ("accepted_at", "id", "request_id", "cron_id", "task_revision", "origin",
-               "state", "pid", "log_path", "started_at", "finished_at", "exit_code", "events",
-               "project_id", "idempotency_key", "attempt_id", "task_identity",
-               "trigger_type", "triggered_by", "execution_owner", "recorded_at")
-
-    def stored(row):
-        at, run, eid, cron_id = row[:4]
-        return row + ("default", eid, attempt_id(eid, at), f"legacy-cron:{cron_id}",
-                      "scheduled_system", "legacy:system-crond", "legacy", at)
-now = int(time.time())
-# Each Run as the writer of this tree stores it (its logical fields, made slim where it can).
-insert = db.prebuilt('INSERT INTO "shadow_runs" (' + ", ".join(f'"{c}"' for c in COLUMNS)
-                     + ") VALUES (" + ", ".join("?" * len(COLUMNS)) + ")")
-
-
-def revision_of(name, command):
-    try:
-        return task_revision(revision_doc(name, command, "* * * * *"))
-    except TypeError:  # the older signature: every definition field in order
-        return task_revision(revision_doc(name, command, "* * * * *", None, None, None, None,
-                                          None, 0))
-made = now - 60 * 86400
-with database.connection_context():
-    with database.atomic():
-        cron_ids = []
-        for n in range(crons):
-            name, command = f"slow {n}", f"task slow_{n}.sh"
-            cron_ids.append((Cron.insert(name=name, command=command, schedule="* * * * *",
-                                         created_at=made, updated_at=made).execute(),
-                             revision_of(name, command)))
-
-    def plan(count, end):
-        for minute in itertools.count(1):
-            at = (end // 60 - minute) * 60 + 1
-            for cron_id, revision in cron_ids:
-                if count == 0:
-                    return
-                count -= 1
-                eid = f"legacy-system:{at}:{cron_id:08x}-0000-4000-8000-{minute:012x}"
-                yield stored((at, run_id(eid, at), eid, cron_id, revision,
-                                    "scheduled_system", "exited", 1000 + cron_id,
-                                    f"slow_{cron_id}/{at}.log", at, at + 2, 0,
-                                    f"accepted@{at} spawned@{at} running@{at} exited@{at + 2}"))
-
-    for count, end in ((runs, now), (old, now - 40 * 86400)):
-        rows = plan(count, end)
-        while True:
-            batch = list(itertools.islice(rows, 50000))
-            if not batch:
-                break
-            with database.atomic():
-                database.cursor().executemany(insert, batch)
-print(" ".join(str(cron_id) for cron_id, _ in cron_ids))
-"""
 
 
 def seed_database(python: str, env: dict, crons: int, runs: int, old: int) -> list:
-    """Fill a product database (see SEED_SOURCE); returns the ids of the crons it made."""
-    result = subprocess.run([python, "-c", SEED_SOURCE, str(crons), str(runs), str(old)],
+    """Fill a product database (bench_children/seed.py); returns the ids of the crons it made."""
+    result = subprocess.run([python, child("seed"), str(crons), str(runs), str(old)],
                             env=env, cwd=ROOT, capture_output=True, text=True, timeout=1800)
     if result.returncode != 0:
         raise RuntimeError(f"seeding failed: {result.stderr.strip()[-2000:]}")
@@ -869,9 +647,7 @@ def machine(python: str, workdir: str, pg_version) -> dict:
     mem = next((int(line.split()[1]) for line in read("/proc/meminfo").splitlines()
                 if line.startswith("MemTotal:")), 0)
     versions = subprocess.run(
-        [python, "-c", "import sys, sqlite3, importlib.metadata as m; print(sys.version.split()[0]);"
-         " print(sqlite3.sqlite_version);"
-         " print(' '.join(p + '=' + m.version(p) for p in ('flask', 'waitress', 'peewee')))"],
+        [python, child("versions")],
         capture_output=True, text=True, timeout=60).stdout.split("\n")
     fs = subprocess.run(["df", "-T", workdir], capture_output=True, text=True).stdout.splitlines()
     return {
@@ -889,7 +665,7 @@ def machine(python: str, workdir: str, pg_version) -> dict:
 
 def write_floor(python: str, base: str, count: int, rows: int, level: str) -> dict:
     path = os.path.join(base, f"write-floor-{level}.db")
-    result = subprocess.run([python, "-c", WRITE_FLOOR_SOURCE, path, str(count), str(rows), level],
+    result = subprocess.run([python, child("write_floor"), path, str(count), str(rows), level],
                             capture_output=True, text=True, timeout=600)
     if result.returncode != 0:
         raise RuntimeError(f"write floor failed: {result.stderr.strip()}")
@@ -961,7 +737,7 @@ def run(args) -> dict:
                 path = os.path.join(base, name, "qlshadow.db")
                 server = make_product(name, python, base, f"sqlite:///{path}", True,
                                       threads, db_path=path)
-                server.argv = [python, "-c", VARIANT_SOURCE, json.dumps(options)]
+                server.argv = [python, child("serve_variant"), json.dumps(options)]
                 servers.append(server)
         if args.design_space or args.design:
             for name, threads, options, knobs in DESIGN_SPACE:
@@ -971,7 +747,7 @@ def run(args) -> dict:
                 server = make_product(name, python, base, f"sqlite:///{path}", True,
                                       threads, db_path=path)
                 server.env.update(knobs)
-                server.argv = [python, "-c", VARIANT_SOURCE, json.dumps(options)]
+                server.argv = [python, child("serve_variant"), json.dumps(options)]
                 servers.append(server)
         if pg_version:
             for shadow in (False, True):
@@ -1156,7 +932,7 @@ def run(args) -> dict:
         "skipped": skipped,
     }
     if args.variants:
-        counters = subprocess.run([python, "-c", COUNTERS_SOURCE], cwd=ROOT, capture_output=True,
+        counters = subprocess.run([python, child("counters")], cwd=ROOT, capture_output=True,
                                   text=True, timeout=120, check=True)
         results["metrics_counters_us"] = round(float(counters.stdout), 3)
     results["budgets"] = budgets(results)
@@ -1427,7 +1203,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     if args.serve_floor:
-        exec(compile(FLOOR_SOURCE, "floor_app", "exec"), {"__name__": "__main__"})
+        import runpy
+        runpy.run_path(child("floor_app"), run_name="__main__")
         return 0
     if args.smoke:
         args.crons, args.sustained, args.write_floor = 6, 150, 300

@@ -24,7 +24,6 @@ import argparse
 import json
 import os
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -36,11 +35,11 @@ ROOT = os.path.dirname(HERE)
 sys.path[:0] = [HERE, os.path.join(ROOT, "tests")]
 
 from bench import drive, proc_cpu_seconds, proc_write_bytes, wave  # noqa: E402
+from harness import Serve, clean_env  # noqa: E402
 
 # design -> (QL_SQLITE_SYNCHRONOUS, serving.serve's group_commit)
 DESIGNS = {"normal": ("normal", True), "full": ("full", True), "full-each": ("full", False)}
-SERVE_SOURCE = ("import sys; from qlshadow import config, serving; "
-                "sys.exit(serving.serve(config.load(), group_commit=sys.argv[1] == 'on'))")
+SERVE_VARIANT = os.path.join(HERE, "bench_children", "serve_variant.py")
 
 
 def progress(message: str) -> None:
@@ -53,32 +52,17 @@ class Product:
     def __init__(self, data_dir: str, design: str, shadow: bool):
         self.data_dir = data_dir
         level, grouped = DESIGNS[design]
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("QL_", "QL3_"))}
-        env.update({"QL_DATA_DIR": data_dir, "QL_HOST": "127.0.0.1", "QL_PORT": "0",
-                    "QL_SCHEDULER": "node", "QL_CRONTAB_INSTALL": "",
-                    "QL_SQLITE_SYNCHRONOUS": level,
-                    "QL3_SHADOW_ORIGINS": "scheduled_system" if shadow else ""})
+        env = clean_env({"QL_DATA_DIR": data_dir, "QL_HOST": "127.0.0.1", "QL_PORT": "0",
+                         "QL_SCHEDULER": "node", "QL_CRONTAB_INSTALL": "",
+                         "QL_SQLITE_SYNCHRONOUS": level,
+                         "QL3_SHADOW_ORIGINS": "scheduled_system" if shadow else ""})
         subprocess.run([sys.executable, "-m", "qlshadow.cli", "token", "system"], env=env,
                        cwd=ROOT, check=True, capture_output=True, timeout=120)
         with open(os.path.join(data_dir, "token.json")) as fh:
             self.token = json.load(fh)["value"]
-        self.log_path = os.path.join(data_dir, "serve.log")
-        with open(self.log_path, "wb") as log:
-            self.process = subprocess.Popen([sys.executable, "-c", SERVE_SOURCE,
-                                             "on" if grouped else "off"],
-                                            env=env, cwd=ROOT, stdout=log,
-                                            stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 60
-        while True:
-            with open(self.log_path, "rb") as fh:
-                line = fh.readline()
-            if line.startswith(b"qlshadow serving http://"):
-                self.port = int(line.split(b" ")[2].rsplit(b":", 1)[1])
-                return
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError(f"the server did not start: {line!r}")
-            time.sleep(0.01)
+        self.serve = Serve([sys.executable, SERVE_VARIANT, json.dumps({"group_commit": grouped})],
+                           env=env, log_path=os.path.join(data_dir, "serve.log"), timeout=60).start()
+        self.process, self.port = self.serve.process, self.serve.port
 
     def headers(self) -> dict:
         return {"Content-Type": "application/json", "Authorization": f"Bearer {self.token}"}
@@ -100,13 +84,7 @@ class Product:
         return ids
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(10)
+        self.serve.stop()
 
 
 def bodies_for(cron_ids: list, callbacks: int) -> list:

@@ -30,47 +30,8 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 
-CALLBACK_DRIVER = r'''
-import json, os, sys, time
-from qlshadow import callback, config, db
-from qlshadow.models import Cron
-from qlshadow.runtime import Runtime
+from bench import child  # noqa: E402
 
-base, pairs, flip = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1"
-settings = config.load(environ={"QL_DATA_DIR": base, "QL_DB_URL": f"sqlite:///{base}/q.db",
-                                "QL_SCHEDULER": "node", "QL_CRONTAB_INSTALL": ""})
-database, _ = db.open_database(settings)
-database.connect()
-with db.write_transaction():
-    ids = [Cron.insert(name=f"c{i}", command="true", schedule="*/5 * * * *", created_at=1,
-                       updated_at=1).execute() for i in range(20)]
-runtime = Runtime(settings)
-
-def body(cron_id, status, pid, code):
-    doc = {"ids": [cron_id], "status": status, "pid": pid, "log_path": f"c/{pid}.log",
-           "last_execution_time": int(time.time())}
-    if status == 1:
-        doc.update(exit_code=code, last_running_time=1)
-    return json.dumps(doc).encode()
-
-def wchar():
-    with open("/proc/self/io") as fh:
-        return next(int(l.split()[1]) for l in fh if l.startswith("wchar:"))
-
-def play(n, offset):
-    for k in range(n):
-        cron_id, pid = ids[k % len(ids)], offset + k
-        code = (k // len(ids)) % 2 if flip else 0
-        callback.handle(body(cron_id, 0, pid, code), settings, runtime)
-        callback.handle(body(cron_id, 1, pid, code), settings, runtime)
-
-play(200, 10**6)  # warm: compiled statements, page cache, the writer's first checkpoint
-w0, c0 = wchar(), time.process_time()
-play(pairs, 0)
-cpu, written = time.process_time() - c0, wchar() - w0
-print(json.dumps({"callbacks": 2 * pairs, "cpu_us_per_callback": cpu / (2 * pairs) * 1e6,
-                  "bytes_per_callback": written / (2 * pairs)}))
-'''
 
 
 def baseline_path(ref: str, base: str) -> str:
@@ -84,7 +45,7 @@ def run_driver(pythonpath: str | None, base: str, pairs: int, flip: bool) -> dic
     if pythonpath:
         env["PYTHONPATH"] = pythonpath
     os.makedirs(base)
-    out = subprocess.run([sys.executable, "-c", CALLBACK_DRIVER, base, str(pairs),
+    out = subprocess.run([sys.executable, child("callback_driver"), base, str(pairs),
                           "1" if flip else "0"], env=env, cwd=base, capture_output=True,
                          text=True, timeout=600)
     if out.returncode != 0:
@@ -194,26 +155,13 @@ def child_cpu(argv: list, times: int, env: dict, catch_up=None) -> list:
 
 # The tick's own work in a fresh process, its imports excluded: the schedules' firings are
 # worked out anew by every tick (crond starts a new process each minute).
-TICK_WORK = r'''
-import sys, time
-from qlshadow import alerts, config, db, health, notify, reconcile  # noqa: F401
-import cronsim  # noqa: F401
-began = time.process_time()
-settings = config.load(environ={}, config_file=sys.argv[1])
-channels = notify.configured_channels(notify.load_settings({}, sys.argv[1]))
-database, _ = db.open_database(settings, create=False)
-with database.connection_context():
-    done = alerts.tick(settings, channels)
-spent = time.process_time() - began
-print(round(1000 * spent, 2), int(any(done.values())))
-'''
 
 
 def tick_work_ms(conf: str, times: int, env: dict, catch_up) -> float:
     found = []
     for _ in range(times):
         catch_up()
-        spent, busy = subprocess.run([sys.executable, "-c", TICK_WORK, conf], env=env,
+        spent, busy = subprocess.run([sys.executable, child("tick_work"), conf], env=env,
                                      check=True, capture_output=True, text=True,
                                      timeout=120).stdout.split()
         if busy == "0":  # idle only: a firing missed since the catch-up is not
@@ -226,9 +174,7 @@ def bench_tick(args, work: str) -> dict:
     env = child_env(work)
     out = {"history_per_cron": args.history, "by_crons": {}}
     # As on a router, where no PostgreSQL driver is installed (peewee imports one if it is).
-    routerlike = [sys.executable, "-c", "import sys; sys.modules['psycopg2'] = "
-                  "sys.modules['psycopg'] = None; from qlshadow.cli import main; "
-                  "sys.exit(main())"]
+    routerlike = [sys.executable, child("routerlike_cli")]
     for crons in args.crons:
         settings, conf = seed(f"{work}/tick{crons}", crons, args.history)
 

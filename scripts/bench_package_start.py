@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import statistics
 import subprocess
 import sys
@@ -42,6 +41,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import bench_closure  # noqa: E402
 import prepare_32bit  # noqa: E402  (scripts/ is not a package)
+from harness import Serve  # noqa: E402
 from pkgbuild import feeds, stage  # noqa: E402
 
 # name: (stage() keywords, byte code cache: None for -B, "lib" beside the sources, "ram")
@@ -78,20 +78,9 @@ def _time_command(tree: str, env: dict, *args: str) -> float:
 
 def _time_serve(tree: str, env: dict, log: str) -> float:
     start = time.monotonic()
-    with open(log, "wb") as out:
-        process = subprocess.Popen([tree + "/usr/bin/qlshadow", "serve"], env=env, stdout=out,
-                                   stderr=subprocess.STDOUT)
-    try:
-        while process.poll() is None and time.monotonic() - start < 300:
-            with open(log, "rb") as fh:
-                if b"qlshadow serving" in fh.read():
-                    return time.monotonic() - start
-            time.sleep(0.02)
-        raise RuntimeError(f"serve did not start: {open(log).read()[-500:]}")
-    finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            process.wait(60)
+    with Serve([tree + "/usr/bin/qlshadow", "serve"], env=env, cwd=os.getcwd(), log_path=log,
+               timeout=300, grace=60):
+        return time.monotonic() - start
 
 
 def python_parts(work: Path) -> dict:

@@ -9,7 +9,7 @@ memory:  the floor (bench.py's Flask + waitress app, no database) and one server
          the same callback burst; for the server also after signing in and loading every page
          and /metrics. Each figure is reported as a ratio to the floor's.
 counters: two servers on their own SQLite files, the product and a variant whose counting is
-         switched off in its launcher (no setting is needed for that); the same callback
+         switched off (Settings.count_metrics=False, bench_children/serve_variant.py); the same callback
          waves go to each in alternating rounds, and the ratio of the medians is reported.
 """
 from __future__ import annotations
@@ -18,8 +18,6 @@ import argparse
 import http.client
 import json
 import os
-import re
-import signal
 import statistics
 import subprocess
 import sys
@@ -29,14 +27,12 @@ import time
 import urllib.parse
 import uuid
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-STARTUP = re.compile(rb"qlshadow serving http://[^:]+:(\d+) ")
-FLOOR_STARTUP = re.compile(rb"floor serving http://127\.0\.0\.1:(\d+)")
-SERVE_ON = "import sys; from qlshadow.cli import main; sys.exit(main(['serve']))"
-# Counting off: every app's counters count nothing (a what-if of this launcher only).
-SERVE_OFF = ("import sys; import qlshadow.metrics as m; "
-             "m.Counters.count_callback = m.Counters.count_shadow = (lambda *a: None); "
-             "from qlshadow.cli import main; sys.exit(main(['serve']))")
+from harness import FLOOR_STARTUP, ROOT, Serve, clean_env, stop_process
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+# Counting off: Settings.count_metrics=False (bench_children/serve_variant.py), else as shipped.
+SERVE_ON = ("-m", "qlshadow.cli", "serve")
+SERVE_OFF = (os.path.join(HERE, "bench_children", "serve_variant.py"), '{"counters": "nometrics"}')
 
 
 def cpu_seconds(pid: int) -> float:
@@ -55,33 +51,17 @@ def proc_kib(pid: int) -> dict:
 class Server:
     """`qlshadow serve` (or a launcher variant) on a free loopback port; stopped by its PID."""
 
-    def __init__(self, name: str, code: str, python: str):
+    def __init__(self, name: str, args: tuple, python: str):
         self.dir = tempfile.mkdtemp(prefix=f"qlshadow-{name}-")
-        self.env = {k: v for k, v in os.environ.items() if not k.startswith(("QL_", "QL3_"))}
-        self.env.update(QL_DATA_DIR=self.dir, QL_HOST="127.0.0.1", QL_PORT="0",
-                        QL_SCHEDULER="node", QL_CRONTAB_INSTALL="",
-                        QL3_SHADOW_ORIGINS="scheduled_system")
+        self.env = clean_env(dict(QL_DATA_DIR=self.dir, QL_HOST="127.0.0.1", QL_PORT="0",
+                                  QL_SCHEDULER="node", QL_CRONTAB_INSTALL="",
+                                  QL3_SHADOW_ORIGINS="scheduled_system"))
         subprocess.run([python, "-m", "qlshadow.cli", "token", "system"], env=self.env, cwd=ROOT,
                        check=True, capture_output=True)
         with open(os.path.join(self.dir, "token.json")) as fh:
             self.token = json.load(fh)["value"]
-        self.log = open(os.path.join(self.dir, "serve.log"), "wb")
-        self.process = subprocess.Popen([python, "-c", code], env=self.env, cwd=ROOT,
-                                        stdout=self.log, stderr=subprocess.STDOUT)
-        self.port = self.wait_for_port(STARTUP, name)
-
-    def wait_for_port(self, startup_line, name: str) -> int:
-        """The port the process's start-up line names, once it is printed."""
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            with open(self.log.name, "rb") as fh:
-                match = startup_line.search(fh.read())
-            if match:
-                return int(match.group(1))
-            if self.process.poll() is not None:
-                break
-            time.sleep(0.02)
-        raise RuntimeError(f"{name} did not start")
+        self.serve = Serve([python, *args], env=self.env, timeout=60).start()
+        self.process, self.port = self.serve.process, self.serve.port
 
     def call(self, method, path, body=None, headers=None, conn=None):
         own = conn is None
@@ -97,29 +77,19 @@ class Server:
         return response.status, raw, response
 
     def stop(self):
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            self.process.wait(10)
-        self.log.close()
+        stop_process(self.process)
 
 
 class Floor(Server):
     """bench.py's floor app (Flask + waitress, no database) on a free loopback port."""
 
     def __init__(self, python: str):
-        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-        from bench import FLOOR_SOURCE
-        self.dir = tempfile.mkdtemp(prefix="qlshadow-floor-")
         self.token = "none"
-        source = os.path.join(self.dir, "floor_app.py")
-        with open(source, "w") as fh:
-            fh.write(FLOOR_SOURCE)
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("QL_", "QL3_"))}
-        env["QL_PORT"] = "0"
-        self.log = open(os.path.join(self.dir, "floor.log"), "wb")
-        self.process = subprocess.Popen([python, source], env=env, stdout=self.log,
-                                        stderr=subprocess.STDOUT)
-        self.port = self.wait_for_port(FLOOR_STARTUP, "the floor")
+        self.dir = tempfile.mkdtemp(prefix="qlshadow-floor-")
+        self.serve = Serve([python, os.path.join(HERE, "bench_children", "floor_app.py")],
+                           env=clean_env({"QL_PORT": "0"}), cwd=self.dir, timeout=60,
+                           line=FLOOR_STARTUP).start()
+        self.process, self.port = self.serve.process, self.serve.port
 
 
 def make_crons(server: Server, count: int) -> list:

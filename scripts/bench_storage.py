@@ -45,13 +45,18 @@ RETENTION_OFF = {"QL_RETENTION_DAYS": "0", "QL_RETENTION_ROWS_PER_CRON": "0",
                  "QL_RETENTION_LOGS_PER_CRON": "0", "QL_RETENTION_LOG_DAYS": "0"}
 
 
-def load_app(data_dir: str, env: dict):
-    """The product app over a SQLite file in data_dir (in-process)."""
+def load_app(data_dir: str, env: dict, pragmas: tuple = ()):
+    """The product app over a SQLite file in data_dir (in-process); pragmas go to
+    Settings.sqlite_pragmas (a page_size there is the new file's)."""
+    import dataclasses
+
     from qlshadow import config
     from qlshadow.views import create_app
     settings = config.load(environ={"QL_DATA_DIR": data_dir, "QL_SCHEDULER": "node",
                                     "QL_CRONTAB_INSTALL": "",
                                     "QL3_SHADOW_ORIGINS": "scheduled_system", **env})
+    if pragmas:  # (a --baseline tree may predate the field; it is asked for none)
+        settings = dataclasses.replace(settings, sqlite_pragmas=pragmas)
     return create_app(settings), settings
 
 
@@ -115,18 +120,15 @@ def steady_one(base: str, shadow: bool, crons: int, warm_minutes: int, minutes: 
     """One configuration on the code qlshadow imports from: warm up past the retention cap,
     then count the bytes of `minutes` more minutes of callbacks. page_size and
     checkpoint_pages (when not 0) try another SQLite page size or WAL checkpoint point."""
-    from qlshadow import config, db, retention, schema
-    if page_size:
-        schema.PAGE_SIZE = page_size
-    if checkpoint_pages:
-        db.SQLITE_PRAGMAS = tuple((k, checkpoint_pages if k == "wal_autocheckpoint" else v)
-                                  for k, v in db.SQLITE_PRAGMAS)
+    from qlshadow import config, db, retention
+    pragmas = tuple((key, value) for key, value in (("page_size", page_size),
+                                                     ("wal_autocheckpoint", checkpoint_pages)) if value)
     from qlshadow.legacy import apply_status_callback, parse_status_callback
     from qlshadow.models import Cron, RunningInstance, ShadowRun
     from qlshadow.shadow.writer import observe
 
     data = os.path.join(base, f"steady-{'on' if shadow else 'off'}")
-    app, settings = load_app(data, {} if shadow else {"QL3_SHADOW_ORIGINS": ""})
+    app, settings = load_app(data, {} if shadow else {"QL3_SHADOW_ORIGINS": ""}, pragmas)
     path = config.sqlite_file(settings.db_url)
     with db.database.connection_context(), db.write_transaction():
         ids = [Cron.insert(name=f"job{n}", command=f"task job{n}.sh", schedule="* * * * *",

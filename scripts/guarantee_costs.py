@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import argparse
 import collections
-import contextlib
+import dataclasses
 import io
 import json
 import sqlite3
@@ -39,7 +39,6 @@ import uuid
 from qlshadow import config, db, metrics
 from qlshadow.runtime import KEY as RUNTIME_KEY
 from qlshadow.auth import system_token
-from qlshadow.shadow import writer
 from qlshadow.views import create_app
 
 CRONS = 200
@@ -250,26 +249,25 @@ def main(argv=None) -> int:
         "Legacy only": (nothing, nothing, False),
     }, args.callbacks, args.repeats, 200)
 
-    kept_savepoint = writer.savepoint
-    no_savepoint = lambda name: contextlib.nullcontext()  # noqa: E731
+    # The app reads its settings per request (app.extensions["qlshadow"]): each case hands
+    # it settings with one parameter changed, and the shipped ones back after.
+    shipped = wsgi.extensions["qlshadow"]
+
+    def with_settings(**changes):
+        return (lambda: wsgi.extensions.update(qlshadow=dataclasses.replace(shipped, **changes)),
+                lambda: wsgi.extensions.update(qlshadow=shipped))
+
     savepoint = alternate(wsgi, token, {
         "with the savepoint": (nothing, nothing),
-        "without it": (lambda: setattr(writer, "savepoint", no_savepoint),
-                       lambda: setattr(writer, "savepoint", kept_savepoint)),
+        "without it": with_settings(shadow_savepoint=False),
     }, args.callbacks, args.repeats, 0)
 
+    # Counters are the app's Runtime's: metrics.Uncounted in its place counts nothing.
     runtime = wsgi.extensions[RUNTIME_KEY]
     counting = runtime.counters
 
-    class NotCounting(metrics.Counters):
-        def count_callback(self, result):
-            pass
-
-        def count_shadow(self, outcome):
-            pass
-
     def counters_off():
-        runtime.counters = NotCounting()
+        runtime.counters = metrics.Uncounted()
 
     def counters_back():
         runtime.counters = counting

@@ -24,9 +24,7 @@ import argparse
 import http.client
 import json
 import os
-import re
 import shutil
-import signal
 import sqlite3
 import subprocess
 import sys
@@ -35,8 +33,7 @@ import threading
 import time
 import uuid
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-STARTUP = re.compile(r"qlshadow serving http://127\.0\.0\.1:(\d+) ")
+from harness import ROOT, Serve, clean_env
 
 
 # The per-cron Run cap the server runs with (its default): a fast soak passes it, and
@@ -78,11 +75,10 @@ class Server:
         # Size and Run count are read from the file on SQLite; PostgreSQL reports neither.
         from qlshadow.config import sqlite_file
         self.db_path = sqlite_file(db_url)
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("QL_", "QL3_"))}
-        env.update({"QL_DATA_DIR": workdir, "QL_HOST": "127.0.0.1", "QL_PORT": "0",
-                    "QL_SCHEDULER": "node", "QL_CRONTAB_INSTALL": "",
-                    "QL3_SHADOW_ORIGINS": "scheduled_system", "QL_DB_URL": db_url,
-                    "QL_RETENTION_ROWS_PER_CRON": str(ROWS_PER_CRON)})
+        env = clean_env({"QL_DATA_DIR": workdir, "QL_HOST": "127.0.0.1", "QL_PORT": "0",
+                         "QL_SCHEDULER": "node", "QL_CRONTAB_INSTALL": "",
+                         "QL3_SHADOW_ORIGINS": "scheduled_system", "QL_DB_URL": db_url,
+                         "QL_RETENTION_ROWS_PER_CRON": str(ROWS_PER_CRON)})
         if threads is not None:
             env["QL_THREADS"] = str(threads)
         subprocess.run([sys.executable, "-m", "qlshadow.cli", "token", "system"], env=env, cwd=ROOT,
@@ -90,21 +86,8 @@ class Server:
         with open(os.path.join(workdir, "token.json"), encoding="utf-8") as fh:
             self.token = json.load(fh)["value"]
         self.log_path = os.path.join(workdir, "server.log")
-        self._log = open(self.log_path, "wb")
-        self.process = subprocess.Popen([sys.executable, "-m", "qlshadow.cli", "serve"], env=env,
-                                        cwd=ROOT, stdout=self._log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            with open(self.log_path, encoding="utf-8", errors="replace") as fh:
-                match = STARTUP.search(fh.read())
-            if match:
-                self.port = int(match.group(1))
-                return
-            if self.process.poll() is not None:
-                break
-            time.sleep(0.05)
-        self.stop()
-        raise RuntimeError("the server did not start; see " + self.log_path)
+        self.serve = Serve(env=env, log_path=self.log_path, grace=15).start()
+        self.process, self.port = self.serve.process, self.serve.port
 
     def request(self, method: str, path: str, body=None, timeout: float = 30):
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
@@ -134,15 +117,7 @@ class Server:
         return {"rss_kb": rss, "fds": fds, "db_bytes": size}
 
     def stop(self) -> int | None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(15)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(15)
-        self._log.close()
-        return self.process.returncode
+        return self.serve.stop()
 
 
 class Load:

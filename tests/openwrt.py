@@ -10,7 +10,7 @@ import shutil
 import stat
 import subprocess
 
-from conftest import ROOT
+from helpers import ROOT
 
 INIT = os.path.join(ROOT, "conf", "qlshadow.init")
 UCI = os.path.join(ROOT, "conf", "qlshadow.uci")

@@ -13,11 +13,8 @@ from __future__ import annotations
 import glob
 import json
 import os
-import signal
-import socket
 import subprocess
 import sys
-import time
 import urllib.request
 from pathlib import Path
 
@@ -28,6 +25,7 @@ if os.path.join(ROOT, "scripts") not in sys.path:
     sys.path.insert(0, os.path.join(ROOT, "scripts"))
 
 from pkgbuild import feeds, stage  # noqa: E402
+from harness import Serve, free_port  # noqa: E402
 from shellenv import IN_CI  # noqa: E402
 
 PYENV = os.environ.get("QL_TEST_PYENV", "/root/.pyenv/versions")
@@ -234,12 +232,6 @@ class RouterPython:
 
 # --- running it ----------------------------------------------------------------------------
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 class RouterServer:
     """The staged package's /usr/bin/qlshadow on a RouterPython, with its own data folder."""
 
@@ -276,29 +268,15 @@ class RouterServer:
 
     def start(self) -> str:
         """Start serve; returns its start-up line."""
-        with open(self.log, "wb") as out:
-            self.process = subprocess.Popen([self.bin, "--config", self.conf, "serve"],
-                                            env=self.env, cwd=str(self.data_dir.parent),
-                                            stdout=out, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            for line in self.log.read_text(errors="replace").splitlines():
-                if line.startswith("qlshadow serving "):
-                    return line
-            if self.process.poll() is not None:
-                break
-            time.sleep(0.05)
-        self.stop()
-        raise AssertionError(f"the packaged server did not start: {self.log.read_text()}")
+        self.serve = Serve([self.bin, "--config", self.conf, "serve"], env=self.env,
+                           cwd=str(self.data_dir.parent), log_path=str(self.log), timeout=60,
+                           grace=15).start()
+        self.process = self.serve.process
+        return self.serve.startup_line
 
     def stop(self) -> None:
-        if self.process and self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(15)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(10)
+        if self.process is not None:
+            self.serve.stop()
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):

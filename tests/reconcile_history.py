@@ -8,7 +8,7 @@ from contextlib import contextmanager
 
 from qlshadow import db
 from qlshadow.models import Cron
-from conftest import STATUS_PATH
+from helpers import STATUS_PATH
 
 HOUR = 3600
 DEFECT_FIELDS = ("finish_only", "stuck", "missed", "double", "unmatched_instances", "drift",

@@ -177,14 +177,14 @@ def fake_uuid() -> str:
 
 
 def runs_of(server, cron_id: int) -> list:
-    from conftest import http
+    from helpers import http
     status, body = http("GET", f"{server.url}/open/runs?cron_id={cron_id}", headers=server.headers)
     assert status == 200, body
     return body["data"]
 
 
 def instances_of(server, cron_id: int) -> list:
-    from conftest import http
+    from helpers import http
     status, body = http("GET", f"{server.url}/open/crons/{cron_id}/instances",
                         headers=server.headers)
     assert status == 200, body
@@ -192,14 +192,14 @@ def instances_of(server, cron_id: int) -> list:
 
 
 def cron_of(server, cron_id: int) -> dict:
-    from conftest import http
+    from helpers import http
     status, body = http("GET", f"{server.url}/open/crons/{cron_id}", headers=server.headers)
     assert status == 200, body
     return body["data"]
 
 
 def create_cron(server, command: str = "exit 0", schedule: str = "* * * * *", **extra) -> dict:
-    from conftest import http
+    from helpers import http
     body = {"name": f"job-{uuid.uuid4().hex[:6]}", "command": command, "schedule": schedule,
             **extra}
     status, answer = http("POST", f"{server.url}/open/crons", body, server.headers)
@@ -244,7 +244,7 @@ class Server:
 
 def start_module_server(tmp_path_factory, backend: str, **env):
     """(Server, cleanup) on a fresh database of backend, shared by one test module."""
-    from conftest import LiveServer, create_pg_database, drop_pg_database
+    from helpers import LiveServer, create_pg_database, drop_pg_database
     base = tmp_path_factory.mktemp(f"server-{backend}")
     data_dir = str(base / "data")
     os.makedirs(data_dir)

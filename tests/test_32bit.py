@@ -18,7 +18,7 @@ import urllib.request
 
 import pytest
 
-from conftest import STARTUP, http, run_cli, stop_process
+from helpers import Serve, http, run_cli
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
@@ -72,33 +72,15 @@ class Emulated:
                               capture_output=True, text=True, timeout=300)
 
 
-class EmulatedServer:
-    """`qlshadow serve` under qemu on a free loopback port; stopped by its PID."""
+class EmulatedServer(Serve):
+    """`qlshadow serve` under qemu on a free loopback port (harness.Serve); stopped by its PID."""
 
     def __init__(self, emulated: Emulated, log_path: str):
-        self.log_path = log_path
-        self._log = open(log_path, "wb")
-        env = {**emulated.env, "QL_HOST": "127.0.0.1", "QL_PORT": "0"}
-        self.process = subprocess.Popen(emulated.argv + ["-m", "qlshadow.cli", "serve"], env=env,
-                                        stdout=self._log, stderr=subprocess.STDOUT)
         # Emulated start-up takes seconds; the limit only keeps a broken start from hanging.
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline and self.process.poll() is None:
-            match = STARTUP.search(self.output().encode())
-            if match:
-                self.url = f"http://127.0.0.1:{int(match.group(1))}"
-                return
-            time.sleep(0.2)
-        self.stop()
-        raise RuntimeError(f"the emulated server did not start: {self.output()}")
-
-    def output(self) -> str:
-        with open(self.log_path, "rb") as fh:
-            return fh.read().decode("utf-8", "replace")
-
-    def stop(self) -> None:
-        stop_process(self.process)
-        self._log.close()
+        super().__init__(emulated.argv + ["-m", "qlshadow.cli", "serve"],
+                         env={**emulated.env, "QL_HOST": "127.0.0.1", "QL_PORT": "0"},
+                         log_path=log_path, timeout=300)
+        self.start()
 
 
 @pytest.fixture

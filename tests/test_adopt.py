@@ -13,7 +13,7 @@ import pytest
 from qlshadow import adopt, crontab, db
 from qlshadow.errors import InvalidInput
 from qlshadow.models import Cron
-from conftest import cli_env, run_cli, table_rows
+from helpers import cli_env, run_cli, table_rows
 from test_crontab_block import USER_CRONTAB, Target, block, busybox_target  # noqa: F401
 
 # USER_CRONTAB's lines as numbered in the crontab: 1 SHELL=, 2 MAILTO=, 4 the reboot,

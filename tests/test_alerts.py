@@ -13,7 +13,7 @@ import pytest
 
 from qlshadow import alerts, config, crontab, db, notify
 from qlshadow.models import AlertDelivery, AlertEvent, Cron
-from conftest import ROOT, table_rows
+from helpers import ROOT, table_rows
 from test_notify_channels import PROXY_VARIABLES, Receiver
 
 STATUS = "/open/crons/status"

@@ -13,7 +13,7 @@ import pytest
 from qlshadow import db
 from qlshadow.auth import TOKEN_LIFETIME, create_app_record
 from qlshadow.models import App, Cron, RunningInstance, Token
-from conftest import ONE_BACKEND, cli_env, fixture_body, run_cli, table_rows
+from helpers import ONE_BACKEND, cli_env, fixture_body, run_cli, table_rows
 
 
 def sha256(text: str) -> str:

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from qlshadow import backup, config, db
-from conftest import run_cli
+from helpers import run_cli
 
 
 def cli_env(settings) -> dict:

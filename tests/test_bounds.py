@@ -10,14 +10,11 @@ import pytest
 
 from qlshadow.models import Cron, RunningInstance, ShadowFailure
 from qlshadow.parse import TIME_MAX
-from conftest import SHADOW_ON, STATUS_PATH, cli_env, run_cli, table_rows
+from helpers import STATUS_PATH, cli_env, run_cli, table_rows
+
+pytestmark = pytest.mark.shadow_on
 
 BEYOND_64 = (2**63, 2**64, 10**30)
-
-
-@pytest.fixture
-def shadow_env() -> dict:
-    return SHADOW_ON
 
 
 def _running(cron_id: int, **fields) -> dict:

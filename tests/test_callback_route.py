@@ -13,7 +13,7 @@ import pytest
 from qlshadow import db
 from qlshadow.auth import create_app_record
 from qlshadow.models import Token
-from conftest import FIXTURES, SHADOW_ON, fixture_body, legacy_rows
+from helpers import FIXTURES, SHADOW_ON, fixture_body, legacy_rows
 from test_errors import _fail_updates_of, _take_database_down
 
 PATH = "/open/crons/status"

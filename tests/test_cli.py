@@ -4,17 +4,13 @@ run as real child processes."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-import time
 
 import pytest
 
 from qlshadow import db
 from qlshadow.cli import main
 from qlshadow.models import App, Cron, RunningInstance, Token
-from conftest import ROOT, cli_env, fixture_body, http, run_cli, table_rows
+from helpers import Serve, clean_env, cli_env, fixture_body, http, run_cli, table_rows
 
 TABLES = {"crons", "running_instances", "apps", "tokens", "shadow_runs", "shadow_failures"}
 
@@ -81,20 +77,9 @@ def test_db_init_recreates_a_missing_table_beside_populated_ones(app, make_cron)
 
 
 def test_the_first_serve_creates_the_schema_and_the_system_app(env, make_settings, tmp_path):
-    full = {k: v for k, v in os.environ.items() if not k.startswith(("QL_", "QL3_"))}
-    full.update(env, QL_HOST="127.0.0.1", QL_PORT="0")
-    log = tmp_path / "serve.log"
-    with open(log, "wb") as out:
-        process = subprocess.Popen([sys.executable, "-m", "qlshadow.cli", "serve"], env=full, cwd=ROOT,
-                                   stdout=out, stderr=subprocess.STDOUT)
-    try:
-        deadline = time.monotonic() + 30
-        while b"qlshadow serving" not in log.read_bytes() and process.poll() is None:
-            assert time.monotonic() < deadline, log.read_text()
-            time.sleep(0.05)
-    finally:
-        process.terminate()
-        process.wait(10)
+    with Serve(env=clean_env({**env, "QL_HOST": "127.0.0.1", "QL_PORT": "0"}),
+               log_path=str(tmp_path / "serve.log")):
+        pass
 
     _bind(make_settings)
     assert TABLES <= _tables()

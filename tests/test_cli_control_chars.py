@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import cli_env, run_cli
+from helpers import cli_env, run_cli
 
 NAME = "esc\x1b[31mRED\x1b[0m\nfake row"
 SHOWN = "esc\\x1b[31mRED\\x1b[0m\\nfake row"

@@ -9,7 +9,7 @@ from qlshadow import db
 from qlshadow.auth import RUNNER_APP, create_app_record
 from qlshadow.cli import EXIT_INTERNAL, build_parser
 from qlshadow.models import App, Cron
-from conftest import cli_env, run_cli, table_rows
+from helpers import cli_env, run_cli, table_rows
 
 
 def _one_line(result) -> str:

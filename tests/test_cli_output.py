@@ -12,15 +12,12 @@ import sys
 import pytest
 
 from qlshadow.textout import duration
-from conftest import ONE_BACKEND, ROOT, SHADOW_ON, STATUS_PATH, cli_env, run_cli
+from helpers import ONE_BACKEND, ROOT, SHADOW_ON, STATUS_PATH, cli_env, run_cli
+
+pytestmark = pytest.mark.shadow_on
 
 # 2025-11-30 00:00:00 UTC, 08:00:00 in the box's zone (CST-8).
 SECONDS = 1764460800
-
-
-@pytest.fixture
-def shadow_env() -> dict:
-    return SHADOW_ON
 
 
 @pytest.fixture

@@ -18,16 +18,11 @@ from qlshadow import db
 from qlshadow.health import read_all
 from qlshadow.models import ClockStep
 from qlshadow.runtime import STEPS_KEPT, ClockWatch, record_step, watch_clock
-from conftest import SHADOW_ON, table_rows
+from helpers import table_rows
 from reconcile_history import HOUR, defects, fire, history, new_cron, report_of
 from shellenv import wait_for
 
-pytestmark = pytest.mark.usefixtures("utc_box")
-
-
-@pytest.fixture
-def shadow_env() -> dict:
-    return SHADOW_ON
+pytestmark = [pytest.mark.shadow_on, pytest.mark.usefixtures("utc_box")]
 
 
 class Readings:

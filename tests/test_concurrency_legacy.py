@@ -11,7 +11,7 @@ from http.client import HTTPConnection
 import pytest
 
 from qlshadow.models import Cron, RunningInstance
-from conftest import http, table_rows
+from helpers import http, table_rows
 
 CRONS = 8
 START = 1764489600

@@ -11,7 +11,7 @@ import pytest
 
 from qlshadow import config, db
 from qlshadow.config import ConfigError
-from conftest import run_cli
+from helpers import run_cli
 
 
 def test_the_defaults_are_those_of_the_contract():

@@ -24,7 +24,7 @@ import time
 
 import pytest
 
-from conftest import http, stop_process
+from helpers import http, stop_process
 from shellenv import IN_CI, SYSTEM_PATH, busybox_static, runs_of, start_module_server, wait_for
 
 # It waits for one target minute of both daemons.

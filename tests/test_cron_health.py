@@ -14,19 +14,14 @@ import pytest
 from qlshadow import db, health
 from qlshadow.auth import create_app_record, issue_token
 from qlshadow.models import App, Cron, RunningInstance, ShadowRun
-from conftest import SHADOW_ON, STATUS_PATH, cli_env, run_cli
+from helpers import STATUS_PATH, cli_env, run_cli
 from reconcile_history import execution_id, fire, new_cron
 
 BASE = 1764460800  # 2025-11-30 00:00 UTC: a multiple of every interval used here
 
 
-@pytest.fixture
-def shadow_env() -> dict:
-    return SHADOW_ON
-
-
 # Histories below are laid out in UTC minutes (a test may set its own zone inside).
-pytestmark = pytest.mark.usefixtures("utc_box")
+pytestmark = [pytest.mark.shadow_on, pytest.mark.usefixtures("utc_box")]
 
 
 def run(client, auth, cron_id: int, start: int, duration: int | None = 1, exit_code: int = 0,

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from conftest import BACKENDS
+from helpers import BACKENDS
 from shellenv import SYSTEM_PATH, busybox_static, create_cron, runs_of, start_module_server, wait_for
 
 # It waits for crond's next minute.

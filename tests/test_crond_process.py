@@ -8,7 +8,7 @@ import subprocess
 import pytest
 
 from qlshadow import crond
-from conftest import cli_env, run_cli, stop_process
+from helpers import cli_env, run_cli, stop_process
 from shellenv import busybox_static, wait_for
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from qlshadow.models import Cron, RunningInstance
-from conftest import fixture_body, table_rows
+from helpers import fixture_body, table_rows
 
 CRON_FIELDS = {"id", "name", "command", "schedule", "status", "pid", "log_path",
                "last_execution_time", "last_running_time", "isDisabled", "task_before",

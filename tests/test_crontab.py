@@ -9,7 +9,7 @@ import subprocess
 import pytest
 
 from qlshadow import crontab, db
-from conftest import cli_env, run_cli
+from helpers import cli_env, run_cli
 from shellenv import busybox_static
 
 MARKER = "QL_EXECUTION_ORIGIN=scheduled_system"

@@ -16,7 +16,7 @@ import pytest
 
 from qlshadow import crons, crontab, db
 from qlshadow.models import Cron
-from conftest import cli_env, http, run_cli, table_rows
+from helpers import cli_env, http, run_cli, table_rows
 from shellenv import busybox_static
 
 MARKER = "QL_EXECUTION_ORIGIN=scheduled_system"

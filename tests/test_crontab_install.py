@@ -8,7 +8,7 @@ import stat
 import pytest
 
 from qlshadow import crontab, db
-from conftest import cli_env, run_cli
+from helpers import cli_env, run_cli
 
 MARKER = "QL_EXECUTION_ORIGIN=scheduled_system"
 

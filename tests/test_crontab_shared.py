@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from qlshadow import config, crontab
-from conftest import create_pg_database, drop_pg_database, run_cli
+from helpers import create_pg_database, drop_pg_database, run_cli
 from test_crontab_block import USER_CRONTAB, busybox_target  # noqa: F401  (a fixture)
 
 MARKER = "QL_EXECUTION_ORIGIN=scheduled_system"

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from qlshadow import config, db, schema
-from conftest import ROOT
+from helpers import ROOT
 
 UCI_FSTAB = """config global
 \toption anon_swap '0'

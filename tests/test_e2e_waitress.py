@@ -9,7 +9,7 @@ from http.client import HTTPConnection
 
 import pytest
 
-from conftest import FIXTURES, ONE_BACKEND, http
+from helpers import FIXTURES, ONE_BACKEND, http
 
 
 def _raw_fixture(name: str, cron_id: int) -> bytes:

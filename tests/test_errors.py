@@ -11,7 +11,7 @@ import pytest
 
 from qlshadow import db
 from qlshadow.models import Cron, RunningInstance
-from conftest import ONE_BACKEND, fixture_body, http, table_rows
+from helpers import ONE_BACKEND, fixture_body, http, table_rows
 
 
 def assert_json_error(response, status: int) -> dict:
@@ -159,7 +159,7 @@ def _take_database_down(backend: str, db_url: str) -> None:
                 os.remove(path + suffix)
         os.mkdir(path)  # a directory where the file was: every open fails
     else:
-        from conftest import drop_pg_database
+        from helpers import drop_pg_database
         drop_pg_database(urlsplit(db_url).path.lstrip("/"))
 
 

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from conftest import cli_env, run_cli
+from helpers import cli_env, run_cli
 
 
 def _one_error_line(result) -> str:

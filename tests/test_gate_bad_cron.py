@@ -11,19 +11,14 @@ import pytest
 from qlshadow import db
 from qlshadow.auth import create_app_record
 from qlshadow.models import Cron
-from conftest import SHADOW_ON, cli_env, run_cli
+from helpers import cli_env, run_cli
 from reconcile_history import HOUR, history, new_cron
 
 NEVER = "0 0 30 2 *"  # refused at the API today; stored by older versions
 
 
-@pytest.fixture
-def shadow_env() -> dict:
-    return SHADOW_ON
-
-
 # Histories below are laid out in UTC minutes (a test may set its own zone inside).
-pytestmark = pytest.mark.usefixtures("utc_box")
+pytestmark = [pytest.mark.shadow_on, pytest.mark.usefixtures("utc_box")]
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from qlshadow import __version__, db
-from conftest import _create_throwaway_database, _pg_admin, drop_pg_database
+from helpers import _create_throwaway_database, _pg_admin, drop_pg_database
 
 
 def test_health_answers_ok_with_version_scheduler_and_origins(client):

@@ -7,7 +7,7 @@ import pytest
 from qlshadow.errors import InvalidInput
 from qlshadow.models import Cron, RunningInstance, ShadowFailure, ShadowRun
 from qlshadow.parse import INT64_MAX, parse_ids
-from conftest import SHADOW_ON, STATUS_PATH, cli_env, http, run_cli, table_rows
+from helpers import SHADOW_ON, STATUS_PATH, cli_env, http, run_cli, table_rows
 from shellenv import instances_of, wait_for
 
 VALID = "legacy-system:1764460800:3f2b8c1e-9d4a-4e6b-8f1a-2c3d4e5f6a7b"

@@ -14,14 +14,11 @@ import re
 import pytest
 
 from qlshadow import db, retention
-from conftest import SHADOW_ON, STATUS_PATH
+from helpers import STATUS_PATH
+
+pytestmark = pytest.mark.shadow_on
 
 UUID_TAIL = "9d4a-4e6b-8f1a-2c3d4e5f6a7b"
-
-
-@pytest.fixture
-def shadow_env() -> dict:
-    return SHADOW_ON
 
 
 @pytest.fixture

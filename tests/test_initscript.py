@@ -7,25 +7,18 @@ import configparser
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 
 import pytest
 
-from conftest import ROOT, http
+from helpers import ROOT, free_port, http
 
 SYSV = os.path.join(ROOT, "conf", "qlshadow.sysv")
 PROCD = os.path.join(ROOT, "conf", "qlshadow.init")
 UNIT = os.path.join(ROOT, "conf", "qlshadow.service")
 SHELLS = {"busybox": ["busybox", "sh"], "dash": ["dash"], "bash": ["bash"]}
 QLSHADOW = os.path.join(os.path.dirname(sys.executable), "qlshadow")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def cmdline(pid: int) -> list:

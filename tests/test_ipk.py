@@ -10,7 +10,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -18,7 +17,7 @@ import time
 import pytest
 
 from qlshadow import __version__, config
-from conftest import ROOT, http
+from helpers import ROOT, Serve, free_port, http
 
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 from pkgbuild import stage  # noqa: E402  (scripts/ is not a package)
@@ -312,12 +311,6 @@ def bare_python(tmp_path_factory, release_python) -> str:
     return python
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 class PackagedServer:
     """`/usr/bin/qlshadow serve` of the unpacked package, with its own config, on a free port."""
 
@@ -350,19 +343,8 @@ class PackagedServer:
             return json.load(fh)["value"]
 
     def start(self) -> None:
-        with open(self.log, "wb") as out:
-            self.process = subprocess.Popen([self.bin, "--config", self.conf, "serve"],
-                                            env=self.env, cwd=str(self.root), stdout=out,
-                                            stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            if b"qlshadow serving" in self.log.read_bytes():
-                return
-            if self.process.poll() is not None:
-                break
-            time.sleep(0.05)
-        self.stop()
-        raise AssertionError(f"packaged server did not start: {self.log.read_text()}")
+        self.process = Serve([self.bin, "--config", self.conf, "serve"], env=self.env,
+                             cwd=str(self.root), log_path=str(self.log)).start().process
 
     def stop(self, sig=signal.SIGTERM) -> None:
         if self.process and self.process.poll() is None:

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from qlshadow.models import Cron, RunningInstance
-from conftest import FIXTURES, ONE_BACKEND, fixture_body, table_rows
+from helpers import FIXTURES, ONE_BACKEND, fixture_body, table_rows
 
 LOG = "backup/2026-11-30-08-00-00-123.log"
 

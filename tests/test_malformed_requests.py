@@ -7,7 +7,7 @@ import socket
 
 import pytest
 
-from conftest import STATUS_PATH, http
+from helpers import STATUS_PATH, http
 
 MALFORMED = {
     "a header line without a colon": b"GET /health HTTP/1.1\r\nHost: x\r\nbadheader\r\n\r\n",

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from conftest import BACKENDS, http, run_cli
+from helpers import BACKENDS, http, run_cli
 from shellenv import instances_of, runs_of, start_module_server, wait_for
 
 

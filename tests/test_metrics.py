@@ -11,14 +11,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from qlshadow import db, metrics
 from qlshadow.auth import create_app_record, issue_token
 from qlshadow.models import App, database
-from conftest import ONE_BACKEND, SHADOW_ON, STATUS_PATH, cli_env, run_cli
+from helpers import ONE_BACKEND, STATUS_PATH, cli_env, run_cli
+
+pytestmark = pytest.mark.shadow_on
 
 EID = "legacy-system:{s}:{n:08x}-9d4a-4e6b-8f1a-2c3d4e5f6a7b"
-
-
-@pytest.fixture
-def shadow_env() -> dict:
-    return SHADOW_ON
 
 
 @pytest.fixture
@@ -336,7 +333,7 @@ def test_the_example_alert_rules_pass_promtool_and_match_the_docs():
     import os
     import subprocess
 
-    from conftest import ROOT
+    from helpers import ROOT
     rules = os.path.join(ROOT, "conf", "qlshadow-alerts.yml")
     result = subprocess.run([promtool(), "check", "rules", rules], capture_output=True,
                             text=True, timeout=60)
@@ -364,7 +361,7 @@ def test_every_series_the_alert_rules_use_is_exposed(make_settings):
     import os
     import re
 
-    from conftest import ROOT
+    from helpers import ROOT
     from qlshadow.views import create_app
     with open(os.path.join(ROOT, "conf", "qlshadow-alerts.yml"), encoding="utf-8") as fh:
         used = set(re.findall(r"\b(qlshadow_\w+)", fh.read()))
@@ -427,7 +424,7 @@ def test_the_alert_rules_fire_on_the_series_they_name(tmp_path):
     import os
     import subprocess
 
-    from conftest import ROOT
+    from helpers import ROOT
     tests = tmp_path / "rules-test.yml"
     tests.write_text(RULE_TESTS.format(rules=os.path.join(ROOT, "conf", "qlshadow-alerts.yml")))
     result = subprocess.run([promtool(), "test", "rules", str(tests)], capture_output=True,

@@ -3,7 +3,7 @@ schedules and `qlshadow cron add` (both databases)."""
 from __future__ import annotations
 
 from qlshadow.models import Cron
-from conftest import cli_env, run_cli, table_rows
+from helpers import cli_env, run_cli, table_rows
 
 NEVER = "0 0 30 2 *"
 

@@ -22,7 +22,7 @@ import pytest
 
 from qlshadow import config, notify
 from qlshadow.cli import main
-from conftest import ROOT
+from helpers import ROOT
 
 TITLE = "Cron 7 failed"
 CONTENT = "exit 2\nlast line: disk full & more"

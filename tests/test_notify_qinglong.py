@@ -12,7 +12,7 @@ import urllib.parse
 import pytest
 
 from qlshadow import config, crontab, notify
-from conftest import ROOT
+from helpers import ROOT
 from test_notify_channels import PROXY_VARIABLES, Receiver, _form, no_proxy_from_the_environment  # noqa: F401
 
 # As a QingLong user has it: the sample's comments and settings, empty exports, bash arrays

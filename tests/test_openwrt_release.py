@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from conftest import http
+from helpers import http
 from openwrt_release import (ROOT, RouterPython, RouterServer, allowed_packages, feeds, fetch,
                              stage_package)
 from shellenv import SYSTEM_PATH, busybox_static

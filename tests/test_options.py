@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import ONE_BACKEND, http
+from helpers import ONE_BACKEND, http
 
 PATHS = {"/page/": "GET, HEAD", "/page/login": "GET, HEAD, POST", "/page/logout": "POST",
          "/page/gate": "GET, HEAD", "/page/health": "GET, HEAD", "/page/crons/1": "GET, HEAD",

@@ -14,14 +14,11 @@ from qlshadow.views import create_app
 from qlshadow.auth import create_app_record
 from qlshadow.models import App
 from qlshadow.views.page import COOKIE, LIFETIME
-from conftest import SHADOW_ON
+from helpers import SHADOW_ON
+
+pytestmark = pytest.mark.shadow_on
 
 PAGES = ("/page/", "/page/gate", "/page/health")
-
-
-@pytest.fixture
-def shadow_env() -> dict:
-    return SHADOW_ON
 
 
 @pytest.fixture

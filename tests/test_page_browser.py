@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from conftest import SHADOW_ON, STATUS_PATH, cli_env, http, run_cli
+from helpers import SHADOW_ON, STATUS_PATH, cli_env, http, run_cli
 
 # It drives a real browser.
 pytestmark = pytest.mark.slow

@@ -12,15 +12,12 @@ import pytest
 from qlshadow import db
 from qlshadow.auth import create_app_record
 from qlshadow.models import Cron, RunningInstance, ShadowRun
-from conftest import ONE_BACKEND, SHADOW_ON, STATUS_PATH
+from helpers import ONE_BACKEND, STATUS_PATH
+
+pytestmark = pytest.mark.shadow_on
 
 EID = "legacy-system:{s}:{n:08x}-9d4a-4e6b-8f1a-2c3d4e5f6a7b"
 BROWSER = "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"
-
-
-@pytest.fixture
-def shadow_env() -> dict:
-    return SHADOW_ON
 
 
 @pytest.fixture

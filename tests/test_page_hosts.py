@@ -12,7 +12,7 @@ from qlshadow import config, db
 from qlshadow.auth import create_app_record
 from qlshadow.models import Token
 from qlshadow.views.page import COOKIE
-from conftest import STATUS_PATH
+from helpers import STATUS_PATH
 
 EVIL = "rebind.attacker.example"
 

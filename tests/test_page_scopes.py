@@ -12,14 +12,11 @@ import pytest
 from qlshadow import db
 from qlshadow.auth import create_app_record, issue_token
 from qlshadow.models import App
-from conftest import SHADOW_ON, STATUS_PATH
+from helpers import STATUS_PATH
+
+pytestmark = pytest.mark.shadow_on
 
 LOG_TEXT = "the-secret-log-line"
-
-
-@pytest.fixture
-def shadow_env() -> dict:
-    return SHADOW_ON
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ import pytest
 
 from qlshadow import db
 from qlshadow.auth import create_app_record
-from conftest import STATUS_PATH
+from helpers import STATUS_PATH
 
 FULLWIDTH_1 = "\uff11"
 NOT_ASCII = [FULLWIDTH_1, "\u0661", "1" + FULLWIDTH_1]

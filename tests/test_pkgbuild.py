@@ -17,7 +17,7 @@ from importlib import metadata
 import pytest
 
 from qlshadow import __version__
-from conftest import ROOT
+from helpers import ROOT
 
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 from pkgbuild import stage  # noqa: E402  (scripts/ is not a package)

@@ -11,7 +11,7 @@ import os
 import pytest
 
 from qlshadow import config
-from conftest import LiveServer, http
+from helpers import LiveServer, http
 from openwrt import SHELLS, UCI, environment, init_options, params, procd_calls
 
 CONF = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "conf",

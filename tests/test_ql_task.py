@@ -12,7 +12,7 @@ import time
 import pytest
 
 from qlshadow import crontab
-from conftest import BACKENDS, run_cli
+from helpers import BACKENDS, run_cli
 from shellenv import (BASE_TOOLS, SHELL_DIR, SHELLS, SYSTEM_PATH, ToolDir, busybox_static,
                       read_logs, run_task, runs_of, shell_argv, start_module_server, wait_for,
                       which, which_optional)

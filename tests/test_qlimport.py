@@ -14,7 +14,7 @@ import pytest
 
 from qlshadow import db
 from qlshadow.models import Cron, ShadowRun
-from conftest import run_cli, table_rows
+from helpers import run_cli, table_rows
 
 # QingLong 2.x's Crontabs table as Sequelize creates it on SQLite.
 CRONTABS = """CREATE TABLE IF NOT EXISTS `Crontabs` (`id` INTEGER PRIMARY KEY AUTOINCREMENT,

@@ -11,13 +11,10 @@ from qlshadow import db
 from qlshadow.models import (CRON_IDLE, CRON_RUNNING, INSTANCE_FINISHED, INSTANCE_STOPPED, Cron,
                              HostBoot, RunningInstance)
 from qlshadow.shadow.reboot import boot_id, note_boot
-from conftest import SHADOW_ON, cli_env, run_cli, table_rows
+from helpers import cli_env, run_cli, table_rows
 from reconcile_history import fire, new_cron
 
-
-@pytest.fixture
-def shadow_env() -> dict:
-    return SHADOW_ON
+pytestmark = pytest.mark.shadow_on
 
 
 def runs(client, auth) -> dict:

@@ -12,18 +12,12 @@ import pytest
 
 from qlshadow import db
 from qlshadow.models import Cron
-from conftest import SHADOW_ON
 from reconcile_history import (HOUR, callback, defects, fire, history, local_zone, new_cron,
                                report_of)
 
 
-@pytest.fixture
-def shadow_env() -> dict:
-    return SHADOW_ON
-
-
 # Histories below are laid out in UTC minutes (a test may set its own zone inside).
-pytestmark = pytest.mark.usefixtures("utc_box")
+pytestmark = [pytest.mark.shadow_on, pytest.mark.usefixtures("utc_box")]
 
 
 @pytest.fixture

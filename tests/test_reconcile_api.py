@@ -10,7 +10,7 @@ import pytest
 
 from qlshadow import db
 from qlshadow.auth import create_app_record
-from conftest import SHADOW_ON, cli_env, run_cli
+from helpers import cli_env, run_cli
 from reconcile_history import HOUR, fire, history, new_cron
 
 CRON_KEYS = {"cron_id", "name", "schedule", "expected", "runs", "exited", "running", "failed",
@@ -18,13 +18,8 @@ CRON_KEYS = {"cron_id", "name", "schedule", "expected", "runs", "exited", "runni
              "invalid", "verdict", "reasons"}
 
 
-@pytest.fixture
-def shadow_env() -> dict:
-    return SHADOW_ON
-
-
 # Histories below are laid out in UTC minutes (a test may set its own zone inside).
-pytestmark = pytest.mark.usefixtures("utc_box")
+pytestmark = [pytest.mark.shadow_on, pytest.mark.usefixtures("utc_box")]
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from conftest import BACKENDS, run_cli
+from helpers import BACKENDS, run_cli
 from shellenv import SYSTEM_PATH, busybox_static, create_cron, runs_of, start_module_server, wait_for
 
 # It waits two minutes of crond firings.

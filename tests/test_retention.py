@@ -21,16 +21,13 @@ from qlshadow.models import App, RunningInstance, ShadowRun, Token
 from qlshadow.shadow import run_state
 from qlshadow.shadow.ids import run_id
 from qlshadow.shadow.writer import observe
-from conftest import ROOT, SHADOW_ON, cli_env, http, run_cli
+from helpers import ROOT, SHADOW_ON, cli_env, http, run_cli
+
+pytestmark = pytest.mark.shadow_on
 
 DAY = 86400
 NOW = 1_800_000_000
 UUID_TAIL = "9d4a-4e6b-8f1a-2c3d4e5f6a7b"
-
-
-@pytest.fixture
-def shadow_env() -> dict:
-    return SHADOW_ON
 
 
 def callback(cron_id: int, status: int, n: int, accepted: int, now: int) -> None:

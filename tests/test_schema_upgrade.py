@@ -16,7 +16,7 @@ from qlshadow.legacy import apply_status_callback, parse_status_callback
 from qlshadow.models import App, Cron, RunningInstance, ShadowFailure, ShadowRun, Token
 from qlshadow.shadow import reader
 from qlshadow.shadow.writer import observe
-from conftest import ROOT, cli_env, run_cli
+from helpers import ROOT, cli_env, run_cli
 from old_schema import (RequestKeyedRun, database_at, insert_runs, logical_runs, old_key, old_run,
                         old_select, release_before_versions, request_keyed_database)
 

@@ -5,13 +5,10 @@ from __future__ import annotations
 
 import os
 import stat
-import subprocess
-import sys
-import time
 
 import pytest
 
-from conftest import ROOT, STARTUP, cli_env, http, run_cli, stop_process
+from helpers import STARTUP, Serve, clean_env, cli_env, http, run_cli
 
 
 SECRETS = ("token.json", "runner-token.json", "runner.env", "runner.conf", "notify.conf",
@@ -69,22 +66,9 @@ def test_a_config_file_outside_the_data_dir_is_left_as_it_is(settings, tmp_path)
 def _serve_once(env: dict, log_path: str) -> str:
     """Start `qlshadow serve` (no token command first), wait until it serves, stop it by its
     PID; returns its output."""
-    full = {k: v for k, v in os.environ.items() if not k.startswith(("QL_", "QL3_"))}
-    full.update({"QL_HOST": "127.0.0.1", "QL_PORT": "0"}, **env)
-    with open(log_path, "wb") as log:
-        process = subprocess.Popen([sys.executable, "-m", "qlshadow.cli", "serve"], env=full,
-                                   cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
-        try:
-            deadline = time.monotonic() + 30
-            while time.monotonic() < deadline and process.poll() is None:
-                with open(log_path, "rb") as fh:
-                    if STARTUP.search(fh.read()):
-                        break
-                time.sleep(0.05)
-        finally:
-            stop_process(process)
-    with open(log_path, encoding="utf-8") as fh:
-        return fh.read()
+    with Serve(env=clean_env({"QL_HOST": "127.0.0.1", "QL_PORT": "0", **env}), log_path=log_path) as server:
+        pass
+    return server.output()
 
 
 def test_serve_makes_every_loosened_secret_file_0600_with_one_warning_line_each(

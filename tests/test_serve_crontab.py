@@ -3,7 +3,7 @@ import os
 
 import pytest
 
-from conftest import http
+from helpers import http
 
 
 def _system_env(tmp_path):

@@ -8,18 +8,17 @@ private mount namespace maps localhost to both families) and stops on SIGTERM wi
 from __future__ import annotations
 
 import os
+import pathlib
 import re
 import select
 import shutil
 import socket
-import subprocess
 import sys
 import threading
-import time
 
 import pytest
 
-from conftest import ROOT, http, run_cli, stop_process
+from helpers import Serve, clean_env, http, run_cli
 
 TOY_APP = r'''
 import sys, threading, time
@@ -70,29 +69,23 @@ finally:
 '''
 
 
+TOY_STARTUP = re.compile(rb"toy serving (http://(\S+):(\d+))")
+
+
 @pytest.fixture
 def toy_server(tmp_path):
     started = []
 
     def start(threads: int = 2, lane: str = "loop"):
-        log_path = tmp_path / f"toy-{len(started)}.log"
-        log = open(log_path, "wb")
-        process = subprocess.Popen([sys.executable, "-c", TOY_APP, str(threads), lane], cwd=ROOT,
-                                   stdout=log, stderr=subprocess.STDOUT)
-        started.append((process, log))
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            match = re.search(rb"toy serving http://127\.0\.0\.1:(\d+)", log_path.read_bytes())
-            if match:
-                return process, int(match.group(1)), log_path
-            assert process.poll() is None, log_path.read_text()
-            time.sleep(0.05)
-        raise AssertionError("the toy server did not start")
+        server = Serve([sys.executable, "-c", TOY_APP, str(threads), lane],
+                       log_path=str(tmp_path / f"toy-{len(started)}.log"), line=TOY_STARTUP)
+        started.append(server)
+        server.start()
+        return server.process, server.port, pathlib.Path(server.log_path)
 
     yield start
-    for process, log in started:
-        stop_process(process)
-        log.close()
+    for server in started:
+        server.stop()
 
 
 def _threads_of(pid: int) -> int:
@@ -251,7 +244,6 @@ def test_an_error_in_the_app_is_a_500_and_the_server_goes_on(toy_server):
 # --- `qlshadow serve` on every address of QL_HOST ---------------------------------------------
 
 DUAL_HOSTS = "127.0.0.1 localhost\n::1 localhost ip6-localhost\n"
-SERVING = re.compile(rb"qlshadow serving http://(\S+):(\d+) ")
 
 
 def _can_bind_ipv6_loopback() -> bool:
@@ -268,32 +260,21 @@ needs_namespace = pytest.mark.skipif(
     reason="needs root for a private mount namespace and an IPv6 loopback")
 
 
-def _serve(tmp_path, host: str, hosts_file: str | None = None, code: str | None = None):
-    """`qlshadow serve` with QL_HOST=host, in a namespace seeing hosts_file as /etc/hosts
-    (or the Python code given, which runs it)."""
+def _serve(tmp_path, host: str, hosts_file: str | None = None, code: str | None = None) -> Serve:
+    """`qlshadow serve` with QL_HOST=host (harness.Serve, not yet started), in a namespace
+    seeing hosts_file as /etc/hosts (or the Python code given, which runs it)."""
     data = tmp_path / "data"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("QL_", "QL3_"))}
-    env.update({"QL_DATA_DIR": str(data), "QL_DB_URL": f"sqlite:///{data}/q.db",
-                "QL_HOST": host, "QL_PORT": "0", "QL_SCHEDULER": "node"})
-    argv = [sys.executable, "-c", code] if code else [sys.executable, "-m", "qlshadow.cli", "serve"]
+    env = clean_env({"QL_DATA_DIR": str(data), "QL_DB_URL": f"sqlite:///{data}/q.db",
+                     "QL_HOST": host, "QL_PORT": "0", "QL_SCHEDULER": "node"})
+    argv = [sys.executable, "-c", code] if code else None
+    wrapper = ()
     if hosts_file is not None:
         # unshare execs sh, which execs Python: the PID Popen gives is the server's own.
-        argv = [shutil.which("unshare"), "-m", "sh", "-c",
-                'mount --bind "$0" /etc/hosts && exec "$@"', hosts_file, *argv]
-    log_path = tmp_path / f"serve-{host.replace(':', '_')}.log"
-    log = open(log_path, "wb")
-    process = subprocess.Popen(argv, env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        match = SERVING.search(log_path.read_bytes())
-        if match:
-            return process, log, log_path, match.group(1).decode(), int(match.group(2))
-        if process.poll() is not None:
-            break
-        time.sleep(0.05)
-    stop_process(process)
-    log.close()
-    raise AssertionError(log_path.read_text())
+        wrapper = [shutil.which("unshare"), "-m", "sh", "-c",
+                   'mount --bind "$0" /etc/hosts && exec "$@"', hosts_file]
+        argv = argv or [sys.executable, "-m", "qlshadow.cli", "serve"]
+    log_path = str(tmp_path / f"serve-{host.replace(':', '_')}.log")
+    return Serve(argv, env=env, wrapper=wrapper, log_path=log_path, timeout=60)
 
 
 def _health(address: str, port: int) -> int:
@@ -304,16 +285,12 @@ def _health(address: str, port: int) -> int:
 def test_localhost_mapped_to_both_families_serves_on_both(tmp_path):
     hosts = tmp_path / "hosts"
     hosts.write_text(DUAL_HOSTS)
-    process, log, log_path, shown, port = _serve(tmp_path, "localhost", str(hosts))
-    try:
-        assert shown == "localhost"
-        assert _health("127.0.0.1", port) == 200
-        assert _health("[::1]", port) == 200
-    finally:
-        stop_process(process)
-        log.close()
-    assert process.returncode == 0, log_path.read_text()
-    assert "Traceback" not in log_path.read_text()
+    with _serve(tmp_path, "localhost", str(hosts)) as server:
+        assert server.host == "localhost"
+        assert _health("127.0.0.1", server.port) == 200
+        assert _health("[::1]", server.port) == 200
+    assert server.returncode == 0, server.output()
+    assert "Traceback" not in server.output()
 
 
 @needs_namespace
@@ -322,25 +299,17 @@ def test_localhost_mapped_to_both_families_serves_on_both(tmp_path):
     ("0.0.0.0", "0.0.0.0", ["127.0.0.1"]),
 ])
 def test_the_wildcard_addresses_serve_on_loopback(tmp_path, host, shown, addresses):
-    process, log, _, seen, port = _serve(tmp_path, host)
-    try:
-        assert seen == shown
-        assert [_health(address, port) for address in addresses] == [200] * len(addresses)
-    finally:
-        stop_process(process)
-        log.close()
+    with _serve(tmp_path, host) as server:
+        assert server.host == shown
+        assert [_health(address, server.port) for address in addresses] == [200] * len(addresses)
 
 
 def test_sigterm_says_it_is_stopping_on_one_line_and_exits_0(tmp_path):
-    process, log, log_path, _, port = _serve(tmp_path, "127.0.0.1")
-    try:
-        assert _health("127.0.0.1", port) == 200
-    finally:
-        stop_process(process)
-        log.close()
+    with _serve(tmp_path, "127.0.0.1") as server:
+        assert _health("127.0.0.1", server.port) == 200
 
-    lines = log_path.read_text().splitlines()
-    assert process.returncode == 0
+    lines = server.output().splitlines()
+    assert server.returncode == 0
     assert lines[1:] == ["qlshadow: stopping (SIGTERM)"]
 
 
@@ -369,14 +338,10 @@ sys.exit(main(["serve"]))
 
 
 def test_an_untested_waitress_is_one_warning_line_and_callbacks_take_the_lock_lane(tmp_path):
-    process, log, log_path, _, port = _serve(tmp_path, "127.0.0.1", code=UNTESTED_WAITRESS)
-    try:
-        assert _health("127.0.0.1", port) == 200
-    finally:
-        stop_process(process)
-        log.close()
+    with _serve(tmp_path, "127.0.0.1", code=UNTESTED_WAITRESS) as server:
+        assert _health("127.0.0.1", server.port) == 200
 
-    warnings = [line for line in log_path.read_text().splitlines() if "warning" in line]
+    warnings = [line for line in server.output().splitlines() if "warning" in line]
     assert warnings == ["qlshadow: warning: waitress 3.9.0 is not a version the callback lane "
                         "was tested with (>=3.0.2, <3.1); callbacks run on the worker "
                         "threads, one at a time"]

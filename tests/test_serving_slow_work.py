@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT, LiveServer, run_cli
+from helpers import ROOT, LiveServer, run_cli
 
 
 def _bench():

@@ -7,7 +7,7 @@ from __future__ import annotations
 import psycopg2
 import pytest
 
-from conftest import _pg_admin, drop_pg_database
+from helpers import _pg_admin, drop_pg_database
 
 pytestmark = pytest.mark.parametrize("backend", ["postgres"])
 

@@ -14,7 +14,7 @@ import pytest
 from qlshadow import db
 from qlshadow.models import ShadowRun
 from qlshadow.shadow.reader import logical_row
-from conftest import SHADOW_ON, http
+from helpers import SHADOW_ON, http
 
 THREADS = 16
 ROUNDS = 3  # three executions, raced one after the other

@@ -7,7 +7,7 @@ import hashlib
 import pytest
 
 from qlshadow.shadow.ids import attempt_id, parse_execution_id, revision_doc, run_id, task_revision
-from conftest import SHADOW_ON
+from helpers import SHADOW_ON
 
 VECTOR_ID = "legacy-system:1764460800:3f2b8c1e-9d4a-4e6b-8f1a-2c3d4e5f6a7b"
 VECTOR_RUN = "019ad20f-2800-7b96-9e03-1ff0f2a0435b"

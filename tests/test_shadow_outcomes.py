@@ -13,14 +13,10 @@ import pytest
 from qlshadow import db
 from qlshadow.models import ShadowFailure, ShadowRun
 from qlshadow.shadow.reader import logical_row
-from conftest import SHADOW_ON, STATUS_PATH, legacy_rows, play
+from helpers import STATUS_PATH, legacy_rows, play
 
+pytestmark = pytest.mark.shadow_on
 
-
-@pytest.fixture
-def shadow_env() -> dict:
-    """Shadow on for every test here unless a test parametrizes it."""
-    return SHADOW_ON
 
 
 EXECUTION_ID = "legacy-system:1764460800:3f2b8c1e-9d4a-4e6b-8f1a-2c3d4e5f6a7b"

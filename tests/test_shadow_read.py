@@ -8,15 +8,11 @@ import pytest
 
 from qlshadow import db
 from qlshadow.auth import create_app_record
-from conftest import SHADOW_ON, STATUS_PATH, run_cli
+from helpers import SHADOW_ON, STATUS_PATH, run_cli
+
+pytestmark = pytest.mark.shadow_on
 
 UUID = "3f2b8c1e-9d4a-4e6b-8f1a-2c3d4e5f6a7b"
-
-
-@pytest.fixture
-def shadow_env() -> dict:
-    """Shadow on for every test in this file."""
-    return SHADOW_ON
 
 
 def execution_id(seconds: int, n: int = 0) -> str:

@@ -15,7 +15,7 @@ from hypothesis.stateful import (RuleBasedStateMachine, initialize, invariant, p
 from qlshadow import db
 from qlshadow.models import Cron, RunningInstance, ShadowFailure, ShadowRun
 from qlshadow.shadow.reader import logical_row
-from conftest import SHADOW_ON, STATUS_PATH
+from helpers import SHADOW_ON, STATUS_PATH
 
 EXECUTIONS = [f"legacy-system:{1764460800 + 60 * n}:{n:08x}-9d4a-4e6b-8f1a-2c3d4e5f6a7b"
               for n in range(4)]

@@ -12,7 +12,7 @@ import zipfile
 
 import pytest
 
-from conftest import ROOT
+from helpers import ROOT
 
 APP_DIR = os.path.join(ROOT, "app")
 
@@ -226,3 +226,120 @@ def test_a_server_answering_callbacks_and_health_loads_nothing_for_pages_and_rea
         unneeded.add("qlshadow.i18n")
     assert loaded & unneeded == set()
     assert ("qlshadow.shadow.writer" in loaded) == bool(shadow)
+
+
+# --- scripts/: benches patch nothing and keep their programs in modules ------------------
+
+SCRIPTS_DIR = os.path.join(ROOT, "scripts")
+
+
+def _script_trees() -> dict:
+    """Relative path -> parsed source of every Python file under scripts/."""
+    found = {}
+    for path in sorted(glob.glob(os.path.join(SCRIPTS_DIR, "**", "*.py"), recursive=True)):
+        with open(path, encoding="utf-8") as fh:
+            found[os.path.relpath(path, ROOT)] = ast.parse(fh.read())
+    return found
+
+
+def _product_names(tree: ast.AST) -> set:
+    """Local names bound to qlshadow or to something imported from it."""
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update((alias.asname or alias.name).split(".")[0] for alias in node.names
+                         if alias.name.split(".")[0] == "qlshadow")
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "qlshadow":
+            names.update(alias.asname or alias.name for alias in node.names)
+    return names
+
+
+def _root(node: ast.AST) -> str | None:
+    while isinstance(node, (ast.Attribute, ast.Subscript)):
+        node = node.value
+    return node.id if isinstance(node, ast.Name) else None
+
+
+def product_patches(tree: ast.AST) -> list:
+    """(line, text) of each assignment to an attribute of a product name, each setattr or
+    delattr on one, and any use of pytest's monkeypatch."""
+    product = _product_names(tree)
+    found = []
+    for node in ast.walk(tree):
+        targets = []
+        if isinstance(node, ast.Assign):
+            targets = node.targets
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign, ast.Delete)):
+            targets = node.targets if isinstance(node, ast.Delete) else [node.target]
+        while any(isinstance(target, (ast.Tuple, ast.List)) for target in targets):
+            targets = [part for target in targets for part in
+                       (target.elts if isinstance(target, (ast.Tuple, ast.List)) else [target])]
+        for target in targets:
+            if isinstance(target, (ast.Attribute, ast.Subscript)) and _root(target) in product:
+                found.append((node.lineno, ast.unparse(target)))
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                and node.func.id in ("setattr", "delattr") and node.args
+                and _root(node.args[0]) in product):
+            found.append((node.lineno, ast.unparse(node)))
+        if isinstance(node, ast.Name) and node.id == "monkeypatch":
+            found.append((node.lineno, "monkeypatch"))
+    return found
+
+
+def python_c_programs(tree: ast.AST) -> list:
+    """(line, program) of each `python -c PROGRAM` in an argv list whose program is more
+    than a one-line probe of at most two statements (a module-level constant is resolved)."""
+    constants = {target.id: node.value.value for node in tree.body if isinstance(node, ast.Assign)
+                 for target in node.targets if isinstance(target, ast.Name)
+                 and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)}
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, (ast.List, ast.Tuple)):
+            continue
+        items = node.elts
+        for before, flag, program in zip(items, items[1:], items[2:], strict=False):
+            if not (isinstance(flag, ast.Constant) and flag.value == "-c"):
+                continue
+            if isinstance(before, ast.Constant) and before.value in ("wrk", "crontab"):
+                continue
+            if isinstance(program, ast.Name):
+                text = constants.get(program.id, "?")
+            elif isinstance(program, ast.Constant):
+                text = str(program.value)
+            else:
+                text = ast.unparse(program)
+            try:
+                statements = len(ast.parse(text).body)
+            except SyntaxError:
+                statements = 99
+            if "\n" in text.strip() or statements > 2:
+                found.append((node.lineno, text[:60]))
+    return found
+
+
+def test_the_checks_on_scripts_see_a_patch_and_a_program_in_a_string():
+    tree = ast.parse("from qlshadow import db\nimport qlshadow.metrics as m\n"
+                     "db.SQLITE_PRAGMAS = ()\nm.Counters.count_callback = None\n"
+                     "setattr(db, 'x', 1)\nlocal.value = 1\n"
+                     "PROGRAM = 'import sys\\nprint(sys.argv)\\n'\n"
+                     "argv = [python, '-c', PROGRAM]\nprobe = [python, '-c', 'import sys; print(1)']\n")
+    assert [line for line, _ in product_patches(tree)] == [3, 4, 5]
+    assert [line for line, _ in python_c_programs(tree)] == [8]
+
+
+def test_no_script_patches_a_product_name():
+    """Benches vary the product through its parameters (Settings fields, serving.serve's
+    options), never by assigning over its names."""
+    offenders = {path: patches for path, tree in _script_trees().items()
+                 if (patches := product_patches(tree))}
+    assert offenders == {}
+
+
+def test_no_bench_runs_a_python_program_from_a_string():
+    """A program a bench runs in a child process is a module under scripts/ (ruff reads it),
+    run as a file or with -m; `-c` is left to one-line probes. scripts/pkgbuild/ (the
+    package build) is not a bench."""
+    offenders = {path: programs for path, tree in _script_trees().items()
+                 if not path.startswith(os.path.join("scripts", "pkgbuild"))
+                 and (programs := python_c_programs(tree))}
+    assert offenders == {}

@@ -17,7 +17,7 @@ import time
 import pytest
 
 from qlshadow.crontab import needs_escape, shell_word
-from conftest import BACKENDS
+from helpers import BACKENDS
 from shellenv import (SHELL_FILES, SHELL_DIR, SHELLS, ToolDir, create_cron, cron_of, fake_uuid,
                       instances_of, read_logs, run_task, runs_of, shell_argv,
                       start_module_server, task_env, which, write_token)
@@ -41,7 +41,7 @@ def shell(request) -> str:
 @pytest.fixture(scope="module")
 def runner_token_file(server, tmp_path_factory) -> str:
     """runner-token.json made once per server by `qlshadow token runner` from its database."""
-    from conftest import run_cli
+    from helpers import run_cli
     path = str(tmp_path_factory.mktemp("runner"))
     run_cli({"QL_DATA_DIR": path, "QL_DB_URL": server.db_url}, "token", "runner")
     return os.path.join(path, "runner-token.json")

@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 
-from conftest import http
+from helpers import http
 from shellenv import SYSTEM_PATH, cron_of, runs_of, which
 
 MARKER = "QL_EXECUTION_ORIGIN=scheduled_system"

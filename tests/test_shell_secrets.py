@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from conftest import BACKENDS, run_cli
+from helpers import BACKENDS, run_cli
 from shellenv import (SHELLS, ToolDir, create_cron, read_logs, run_task, runs_of,
                       start_module_server, which)
 
@@ -102,7 +102,7 @@ def test_no_token_or_password_is_in_any_argv_or_the_task_environment(
 
 def test_with_wget_alone_the_token_is_the_callback_only_one(server, tmp_path):
     """The one client that needs the token in argv gets a token that can do nothing else."""
-    from conftest import http
+    from helpers import http
     data_dir = runner_data_dir(server, str(tmp_path / "data"))
     argv_log = str(tmp_path / "argv.log")
     tools = recorded_tools(str(tmp_path / "bin"), argv_log, "wget")

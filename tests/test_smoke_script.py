@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from conftest import ROOT, http
+from helpers import ROOT, http
 
 SMOKE = os.path.join(ROOT, "scripts", "smoke.sh")
 SHELLS = {"busybox": ["busybox", "sh"], "dash": ["dash"], "bash": ["bash"]}

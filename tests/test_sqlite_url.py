@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from qlshadow.config import ConfigError, check_db_url, sqlite_file
-from conftest import run_cli
+from helpers import run_cli
 
 
 @pytest.mark.parametrize("url, path", [

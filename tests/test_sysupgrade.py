@@ -5,9 +5,7 @@ sysupgrade tars them and unpacked into a fresh root as the new firmware does; th
 started there holds every Run acknowledged before the backup, with its old token."""
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 import tarfile
 import threading
 import time
@@ -17,7 +15,7 @@ from operator import itemgetter
 from qlshadow import config, db
 from qlshadow.models import ShadowRun
 from qlshadow.shadow.reader import logical_row
-from conftest import ROOT, SHADOW_ON, STARTUP, http, run_cli, stop_process, LiveServer
+from helpers import SHADOW_ON, LiveServer, Serve, clean_env, http, run_cli, stop_process
 
 CRON = {"name": "backup", "command": "task backup.sh", "schedule": "*/5 * * * *"}
 
@@ -87,22 +85,8 @@ def stored_keys(url: str) -> dict:
 
 def serve(env: dict, log_path: str):
     """`qlshadow serve` as the init script starts it (no command before it); (process, port)."""
-    full = {k: v for k, v in os.environ.items() if not k.startswith(("QL_", "QL3_"))}
-    full.update(env)
-    log = open(log_path, "wb")
-    process = subprocess.Popen([sys.executable, "-m", "qlshadow.cli", "serve"], env=full,
-                               stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
-    log.close()
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and process.poll() is None:
-        with open(log_path, "rb") as fh:
-            match = STARTUP.search(fh.read())
-        if match:
-            return process, int(match.group(1))
-        time.sleep(0.05)
-    stop_process(process)
-    with open(log_path, encoding="utf-8", errors="replace") as fh:
-        raise AssertionError(f"serve did not start: {fh.read()}")
+    server = Serve(env=clean_env(env), log_path=log_path).start()
+    return server.process, server.port
 
 
 def test_a_backup_during_callbacks_restores_every_acknowledged_run_in_a_new_root(

@@ -14,7 +14,7 @@ import pytest
 
 from qlshadow import crontab, db
 from qlshadow.crontab import shell_word
-from conftest import BACKENDS, http
+from helpers import BACKENDS, http
 from shellenv import (SHELLS, SYSTEM_PATH, create_cron, instances_of, read_logs, run_task,
                       runs_of, start_module_server, wait_for, which)
 

@@ -9,14 +9,11 @@ import pytest
 
 from qlshadow import db
 from qlshadow.auth import create_app_record
-from conftest import ONE_BACKEND, SHADOW_ON, STATUS_PATH
+from helpers import ONE_BACKEND, STATUS_PATH
+
+pytestmark = pytest.mark.shadow_on
 
 SECONDS = 1764460800
-
-
-@pytest.fixture
-def shadow_env() -> dict:
-    return SHADOW_ON
 
 
 def execution_id(n: int = 0) -> str:

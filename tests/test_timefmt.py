@@ -17,7 +17,9 @@ from qlshadow import db, timefmt
 from qlshadow.auth import create_app_record
 from qlshadow.gate_report import format_report
 from qlshadow.models import Cron, RunningInstance, ShadowRun
-from conftest import SHADOW_ON, STATUS_PATH, cli_env, run_cli
+from helpers import STATUS_PATH, cli_env, run_cli
+
+pytestmark = pytest.mark.shadow_on
 
 HUGE = 2**62  # 146138514283-06-19 07:45:04 UTC
 HUGE_TEXT = "146138514283-06-19 07:45:04 UTC"
@@ -25,11 +27,6 @@ INT64_MAX = 2**63 - 1
 EID = "legacy-system:{s}:{n:08x}-9d4a-4e6b-8f1a-2c3d4e5f6a7b"
 # A POSIX TZ rule, as OpenWrt writes it (no zoneinfo files needed).
 CET = "CET-1CEST,M3.5.0,M10.5.0/3"
-
-
-@pytest.fixture
-def shadow_env() -> dict:
-    return SHADOW_ON
 
 
 @pytest.fixture

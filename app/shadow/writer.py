@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+from contextlib import nullcontext
 from operator import itemgetter
 
 from peewee import fn
@@ -58,7 +59,7 @@ def cron_revision(cron: dict) -> str:
     return revision
 
 
-def observe(cb: StatusCallback, crons: dict, now: int, failure_cap: int) -> str:
+def observe(cb: StatusCallback, crons: dict, now: int, failure_cap: int, fail_open: bool = True) -> str:
     """Admit, replay or refuse one callback that carries an execution_id.
 
     Returns the outcome name (for logs and tests); the HTTP answer never depends on it.
@@ -92,7 +93,8 @@ def observe(cb: StatusCallback, crons: dict, now: int, failure_cap: int) -> str:
         # happens to change one row as its last step.
         # A fixed name (Peewee would make a fresh one per call): the same two statements
         # every time, kept prepared by the driver instead of parsed on each callback.
-        with savepoint("shadow"):
+        # fail_open=False (Settings.shadow_savepoint) leaves the savepoint out: what it costs.
+        with savepoint("shadow") if fail_open else nullcontext():
             outcome, drift = _admit(cb, cron, request_id, seconds, now)
     except Exception as exc:  # fail open: not only database errors, any defect here too
         log.warning("Shadow write for %s failed: %s: %s", request_id, type(exc).__name__,

@@ -18,20 +18,15 @@ import pytest
 
 from qlshadow import db
 from qlshadow.auth import create_app_record, issue_token
-from conftest import ONE_BACKEND, http, run_cli
+from helpers import ONE_BACKEND, http, run_cli
 from invariants import Inspector
 
-from .conftest import SHADOW, Execution, json_error, make_crons, send_callback
+from .helpers import SHADOW, Execution, json_error, make_crons, send_callback
 
-pytestmark = pytest.mark.faults
+pytestmark = [pytest.mark.shadow_on, pytest.mark.faults]
 
 ATTACKS = ["missing", "bearer-alone", "bearer-space", "basic", "very-long", "last-char",
            "truncated", "digest-as-token", "expired", "other-scope"]
-
-
-@pytest.fixture
-def shadow_env():
-    return SHADOW
 
 
 @pytest.fixture

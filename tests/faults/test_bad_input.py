@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import ONE_BACKEND
+from helpers import ONE_BACKEND
 from invariants import Inspector
 
-from .conftest import SHADOW
+from .helpers import SHADOW
 
 pytestmark = pytest.mark.faults
 

@@ -6,9 +6,9 @@ import pytest
 
 from invariants import Inspector
 
-from .conftest import SHADOW, Execution
+from .helpers import Execution
 
-pytestmark = pytest.mark.faults
+pytestmark = [pytest.mark.shadow_on, pytest.mark.faults]
 
 SKEWED = {
     "epoch_second_1": 1,
@@ -16,11 +16,6 @@ SKEWED = {
     "year_2090": 3_786_912_000,
     "largest_allowed": 4_294_967_295,
 }
-
-
-@pytest.fixture
-def shadow_env():
-    return SHADOW
 
 
 @pytest.mark.parametrize("seconds", SKEWED.values(), ids=SKEWED.keys())

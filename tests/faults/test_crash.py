@@ -9,7 +9,7 @@ import pytest
 
 from invariants import Inspector
 
-from .conftest import SHADOW, Burst, make_crons, plan
+from .helpers import SHADOW, Burst, make_crons, plan
 
 pytestmark = pytest.mark.faults
 

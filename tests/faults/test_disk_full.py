@@ -5,17 +5,15 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
-from conftest import ROOT, STARTUP, http
+from helpers import ROOT, Serve, http
 from invariants import Inspector
 
-from .conftest import SHADOW, fill_disk, json_error, make_crons, plan, send_callback
+from .helpers import SHADOW, fill_disk, json_error, make_crons, plan, send_callback
 
 pytestmark = [pytest.mark.faults, pytest.mark.parametrize("backend", ["sqlite"])]
 
@@ -70,40 +68,17 @@ def test_a_full_disk_gives_json_503_keeps_the_database_intact_and_recovers(
 
 # --- a 2 MB data partition, driven to full by task logs --------------------------------------
 
-class Service:
-    """`qlshadow serve` over a data dir, its output kept off the full partition."""
+class Service(Serve):
+    """`qlshadow serve` over a data dir, its output kept off the full partition; start()
+    after stop() starts it again, appending to the same log."""
 
     def __init__(self, env: dict, log_path: str):
-        self.env, self.log_path = env, log_path
-        self.process = None
-
-    def start(self) -> Service:
-        offset = os.path.getsize(self.log_path) if os.path.exists(self.log_path) else 0
-        self._log = open(self.log_path, "ab")
-        self.process = subprocess.Popen([sys.executable, "-m", "qlshadow.cli", "serve"],
-                                        env=self.env, stdout=self._log, stderr=subprocess.STDOUT,
-                                        cwd=ROOT)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            with open(self.log_path, "rb") as fh:
-                fh.seek(offset)
-                match = STARTUP.search(fh.read())
-            if match:
-                self.url = f"http://127.0.0.1:{match.group(1).decode()}"
-                return self
-            assert self.process.poll() is None, self.output()
-            time.sleep(0.05)
-        raise AssertionError(f"the server did not start: {self.output()}")
+        super().__init__(env=env, log_path=log_path)
 
     def output(self) -> str:
+        """The output of every start so far."""
         with open(self.log_path, "rb") as fh:
             return fh.read().decode("utf-8", "replace")
-
-    def stop(self) -> None:
-        if self.process and self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            self.process.wait(10)
-        self._log.close()
 
 
 def fill_with_task_logs(folder: str) -> int:

@@ -15,10 +15,10 @@ from qlshadow import config, db
 from qlshadow.auth import create_app_record, system_token
 from qlshadow.retention import RESERVE_BYTES, RESERVE_NAME
 from qlshadow.views import create_app
-from conftest import ROOT, STATUS_PATH
+from helpers import ROOT, STATUS_PATH
 from invariants import Inspector
 
-from .conftest import fill_disk
+from .helpers import fill_disk
 
 pytestmark = pytest.mark.faults
 

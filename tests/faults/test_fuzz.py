@@ -16,9 +16,9 @@ from hypothesis import strategies as st
 from qlshadow.shadow.ids import parse_execution_id
 from invariants import Inspector
 
-from .conftest import SHADOW, execution_id
+from .helpers import execution_id
 
-pytestmark = pytest.mark.faults
+pytestmark = [pytest.mark.shadow_on, pytest.mark.faults]
 
 FUZZ = settings(max_examples=120, deadline=None, database=None,
                 suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
@@ -127,11 +127,6 @@ queries = st.dictionaries(st.sampled_from(["page", "size", "limit", "before", "s
 methods = st.sampled_from(["GET", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "TRACE",
                            "PROPFIND"]) | st.text(alphabet=string.ascii_uppercase, min_size=1,
                                                   max_size=8)
-
-
-@pytest.fixture
-def shadow_env():
-    return SHADOW
 
 
 @pytest.fixture

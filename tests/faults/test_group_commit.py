@@ -18,10 +18,10 @@ from http.client import HTTPConnection, HTTPException
 
 import pytest
 
-from conftest import LiveServer, http
+from helpers import LiveServer, http
 from invariants import Inspector
 
-from .conftest import execution_id, make_crons
+from .helpers import execution_id, make_crons
 
 pytestmark = pytest.mark.faults
 

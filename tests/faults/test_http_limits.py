@@ -12,10 +12,10 @@ import time
 
 import pytest
 
-from conftest import ONE_BACKEND, http
+from helpers import ONE_BACKEND, http
 from invariants import Inspector
 
-from .conftest import SHADOW, Execution, json_error, make_crons, send_callback
+from .helpers import SHADOW, Execution, json_error, make_crons, send_callback
 
 pytestmark = pytest.mark.faults
 

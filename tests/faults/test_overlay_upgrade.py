@@ -13,10 +13,10 @@ import sys
 
 import pytest
 
-from conftest import ROOT
+from helpers import ROOT
 from invariants import Inspector
 
-from .conftest import fill_disk, mounted_tmpfs
+from .helpers import fill_disk, mounted_tmpfs
 
 # slow: each builds a 14 MB database of 20,000 Runs (a load of about 10 s).
 pytestmark = [pytest.mark.faults, pytest.mark.slow, pytest.mark.parametrize("backend", ["sqlite"])]

@@ -9,10 +9,10 @@ import time
 
 import pytest
 
-from conftest import http
+from helpers import http
 from invariants import Inspector
 
-from .conftest import SHADOW, Burst, Execution, json_error, make_crons, plan, send_callback
+from .helpers import SHADOW, Burst, Execution, json_error, make_crons, plan, send_callback
 
 pytestmark = pytest.mark.faults
 

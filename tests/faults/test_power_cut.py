@@ -20,11 +20,11 @@ from http.client import HTTPException
 
 import pytest
 
-from conftest import ROOT, STARTUP, run_cli
+from helpers import ROOT, STARTUP, run_cli
 from invariants import Inspector
 from lazyfs import LazyFS
 
-from .conftest import execution_id, make_crons, send_callback
+from .helpers import execution_id, make_crons, send_callback
 
 pytestmark = pytest.mark.faults
 
@@ -183,7 +183,7 @@ class Service:
                 output = fh.read()
             match = STARTUP.search(output)
             if match:
-                self.url = f"http://127.0.0.1:{match.group(1).decode()}"
+                self.url = match.group(1).decode()
                 return
             if _exited(self.pid):
                 raise AssertionError("the service did not start on what survived the cut:\n"

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT
+from helpers import ROOT
 
 # A soak: minutes of load in its long mode, still the slowest fault test in its short one.
 pytestmark = [pytest.mark.faults, pytest.mark.slow]

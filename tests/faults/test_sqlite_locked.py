@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import http
+from helpers import http
 from invariants import Inspector
 
-from .conftest import SHADOW, Execution, SqliteLockHolder, json_error, make_crons, send_callback
+from .helpers import SHADOW, Execution, SqliteLockHolder, json_error, make_crons, send_callback
 
 pytestmark = [pytest.mark.faults, pytest.mark.parametrize("backend", ["sqlite"])]
 
