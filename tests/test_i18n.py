@@ -17,7 +17,7 @@ import pytest
 from qlshadow import config, crontab, db, i18n, msgfmt
 from qlshadow.auth import create_app_record
 from qlshadow.views import create_app
-from conftest import ONE_BACKEND, ROOT, run_cli
+from helpers import ONE_BACKEND, ROOT, run_cli
 from test_alerts import run, tick_process
 from test_notify_channels import PROXY_VARIABLES, Receiver
 
@@ -422,7 +422,7 @@ def test_notify_test_is_english_by_default(tmp_path, receiver):
 
 @ONE_BACKEND
 def test_a_served_chinese_page_leaves_no_language_on_its_thread(live_server):
-    from conftest import http
+    from helpers import http
     server = live_server(QL_THREADS="1")  # one thread answers every request in turn
     status, _ = http("POST", server.url + "/open/crons", {
         "name": "a", "command": "true", "schedule": "@once"},
