@@ -35,7 +35,7 @@ FILE_KEYS = frozenset({
     "QL_LANG",
 })
 
-# Notification settings (docs/NOTIFY.md), read by qlshadow.notify only, never by the
+# Notification settings (docs/NOTIFY.md), read by qlshadow.watch.notify only, never by the
 # service: QingLong's own variable names, so an operator's existing values work unchanged,
 # plus our overrides of the channels' public addresses, the send timeout and the path of
 # a QingLong config.sh to read them from.
@@ -201,7 +201,7 @@ def parse_origins(raw: str) -> frozenset:
 SQLITE_URL_PREFIX = "sqlite:///"
 
 
-# The suffix of a SQLite database's snapshot (app/backup.py), beside the database.
+# The suffix of a SQLite database's snapshot (app/storage/backup.py), beside the database.
 SNAPSHOT_SUFFIX = ".snapshot"
 
 
@@ -449,7 +449,7 @@ def load(environ: Mapping[str, str] | None = None, config_file: str | None = Non
 def default_threads(db_url: str) -> str:
     """QL_THREADS when unset: 2 on SQLite, 4 on PostgreSQL (docs/PERFORMANCE.md measures why).
 
-    On SQLite callbacks are answered on waitress's loop thread (app/serving.py), so the
+    On SQLite callbacks are answered on waitress's loop thread (app/web/serving.py), so the
     worker threads serve only the other requests: two let a page and a gate run at once,
     and each more thread that renders a page keeps its own connection and heap arena. A
     PostgreSQL statement waits on a round trip, which other threads can use.

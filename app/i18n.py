@@ -69,7 +69,7 @@ def _load(lang: str):
             return gettext.GNUTranslations(fh)
     except FileNotFoundError:
         pass  # a source tree: the .po is compiled at build time, here in memory
-    from .msgfmt import compile_mo, parse
+    from qlshadow.msgfmt import compile_mo, parse
     with open(base + ".po", encoding="utf-8") as fh:
         return gettext.GNUTranslations(io.BytesIO(compile_mo(parse(fh.read(), base + ".po"))))
 

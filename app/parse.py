@@ -5,7 +5,7 @@ digit string; so the same id string is valid or invalid whatever path it came in
 """
 from __future__ import annotations
 
-from .errors import InvalidInput
+from qlshadow.errors import InvalidInput
 
 INT64_MAX = 2**63 - 1
 INT32_MIN, INT32_MAX = -2**31, 2**31 - 1

@@ -4,7 +4,7 @@
 For each design and with Shadow off and on, starts `qlshadow serve` on a fresh data dir
 (its own process, a free loopback port, stopped by its PID) and drives the same crond
 waves over HTTP (scripts/bench.py's wave and drive). The designs: `normal`, `full` (as
-shipped: the callbacks of one poll share one fsync, app/group_commit.py) and `full-each`
+shipped: the callbacks of one poll share one fsync, app/storage/group_commit.py) and `full-each`
 (serving.serve(group_commit=False): each commit fsyncs, as before the group commit).
 With --connections new every callback comes on a connection of its own, as task.sh sends
 it, instead of over keep-alive clients. Two passes per server:

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Time the health read (qlshadow.health.read_all) for 50 crons with 1,000 Runs each.
+"""Time the health read (qlshadow.watch.health.read_all) for 50 crons with 1,000 Runs each.
 
 Fills a fresh database directly (the product's schema, then plain INSERTs), with a Legacy
 instance beside every Run, crons of a router-like mix of schedules and a few failing,
@@ -28,8 +28,8 @@ MIX = (("* * * * *", 60), ("*/5 * * * *", 300), ("*/15 * * * *", 900), ("0 * * *
 
 
 def fill(database, crons: int, per_cron: int, now: int, distinct: bool = False) -> None:
-    from qlshadow.models import Cron
-    from qlshadow.shadow.ids import attempt_id, revision_doc, run_id, task_revision
+    from qlshadow.storage.models import Cron
+    from qlshadow.core.shadow.ids import attempt_id, revision_doc, run_id, task_revision
     q = (lambda sql: sql) if database.param == "?" else (lambda sql: sql.replace("?", database.param))
     runs_sql = q('INSERT INTO "shadow_runs" ("project_id", "idempotency_key", "id", "attempt_id", '
                  '"request_id", "task_identity", "cron_id", "task_revision", "origin", '
@@ -91,7 +91,8 @@ def main() -> int:
     args = parser.parse_args()
     os.environ["TZ"] = "UTC"
     time.tzset()
-    from qlshadow import db, health
+    from qlshadow.storage import db
+    from qlshadow.watch import health
     tmp = None
     if args.pg_url:
         url = args.pg_url
@@ -114,7 +115,7 @@ def main() -> int:
         counted = time.perf_counter()
         health.read_all(now, count_missed=True)
         with_missed = time.perf_counter() - counted
-        from qlshadow.metrics import cron_failures
+        from qlshadow.watch.metrics import cron_failures
         counted = time.perf_counter()
         cron_failures()  # /metrics' other per-cron read: a count over the stored instances
         failures = time.perf_counter() - counted

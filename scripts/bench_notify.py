@@ -92,8 +92,10 @@ def seed(base: str, crons: int, history: int) -> tuple:
 
     from cronsim import CronSim
 
-    from qlshadow import config, crontab, db
-    from qlshadow.models import Cron, RunningInstance
+    from qlshadow import config
+    from qlshadow.host import crontab
+    from qlshadow.storage import db
+    from qlshadow.storage.models import Cron, RunningInstance
     settings = config.load(environ={"QL_DATA_DIR": base, "QL_DB_URL": f"sqlite:///{base}/q.db",
                                     "QL_SCHEDULER": "node", "QL_CRONTAB_INSTALL": ""})
     database, _ = db.open_database(settings)
@@ -121,8 +123,8 @@ def seed(base: str, crons: int, history: int) -> tuple:
 
 def settle(settings) -> None:
     """Mark every delivery sent: what the warm tick found stays alerted, nothing is due."""
-    from qlshadow import db
-    from qlshadow.models import AlertDelivery
+    from qlshadow.storage import db
+    from qlshadow.storage.models import AlertDelivery
     database, _ = db.open_database(settings, create=False)
     with database.connection_context(), db.write_transaction():
         AlertDelivery.update(outcome="sent").execute()

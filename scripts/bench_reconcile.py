@@ -4,7 +4,7 @@
 Fills a fresh SQLite database directly (the product's schema, then plain INSERTs: going
 through the callback API would take hours), with a Legacy instance beside every Run, a
 history reaching back as far as 1,000,000 Runs go, and a few defects of every kind. Then
-calls qlshadow.reconcile.reconcile() over the last 7 days and prints the times.
+calls qlshadow.watch.reconcile.reconcile() over the last 7 days and prints the times.
 
 The crons are a router-like mix (every minute, every 5 and 15 minutes, hourly, daily), so
 the week holds about 112,000 firings; the rest of the table is older history. The schema is
@@ -48,8 +48,8 @@ def _import():
 
 
 def fill(database, runs_wanted: int, now: int) -> dict:
-    from qlshadow.models import Cron
-    from qlshadow.shadow.ids import attempt_id, revision_doc, run_id, task_revision
+    from qlshadow.storage.models import Cron
+    from qlshadow.core.shadow.ids import attempt_id, revision_doc, run_id, task_revision
     execute = database.execute_sql
     param = database.param
     q = lambda sql: sql.replace("?", param)  # noqa: E731
@@ -77,7 +77,7 @@ def fill(database, runs_wanted: int, now: int) -> dict:
     start_of_history = plan[-1][0]
     # Runs are built below with every field of the logical Run (schema.RunV1's columns, in
     # FULL_RUN order) and stored as the writer stores them (schema.MOVED).
-    from qlshadow import schema
+    from qlshadow.storage import schema
     columns = ", ".join(f'"{c}"' for c in schema.MOVED)
     runs_sql = q(f'INSERT INTO "shadow_runs" ({columns}) '
                  f'VALUES ({", ".join("?" * len(schema.MOVED))})')
@@ -159,8 +159,8 @@ def main() -> int:
     _import()
     os.environ["TZ"] = "UTC"
     time.tzset()
-    from qlshadow import db, schema
-    from qlshadow.reconcile import reconcile
+    from qlshadow.storage import db, schema
+    from qlshadow.watch.reconcile import reconcile
     tmp = None
     if args.pg_url:
         url = args.pg_url

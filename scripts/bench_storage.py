@@ -51,7 +51,7 @@ def load_app(data_dir: str, env: dict, pragmas: tuple = ()):
     import dataclasses
 
     from qlshadow import config
-    from qlshadow.views import create_app
+    from qlshadow.web.views import create_app
     settings = config.load(environ={"QL_DATA_DIR": data_dir, "QL_SCHEDULER": "node",
                                     "QL_CRONTAB_INSTALL": "",
                                     "QL3_SHADOW_ORIGINS": "scheduled_system", **env})
@@ -68,10 +68,11 @@ def sizes(path: str) -> tuple:
 # --- flat: a million callbacks with the default retention ----------------------------------
 
 def flat(base: str, callbacks: int, crons: int, every: int) -> dict:
-    from qlshadow import config, db, retention
-    from qlshadow.legacy import apply_status_callback, parse_status_callback
-    from qlshadow.models import Cron, RunningInstance, ShadowRun
-    from qlshadow.shadow.writer import observe
+    from qlshadow import config
+    from qlshadow.storage import db, retention
+    from qlshadow.core.legacy import apply_status_callback, parse_status_callback
+    from qlshadow.storage.models import Cron, RunningInstance, ShadowRun
+    from qlshadow.core.shadow.writer import observe
 
     data = os.path.join(base, "flat")
     app, settings = load_app(data, {})
@@ -120,12 +121,13 @@ def steady_one(base: str, shadow: bool, crons: int, warm_minutes: int, minutes: 
     """One configuration on the code qlshadow imports from: warm up past the retention cap,
     then count the bytes of `minutes` more minutes of callbacks. page_size and
     checkpoint_pages (when not 0) try another SQLite page size or WAL checkpoint point."""
-    from qlshadow import config, db, retention
+    from qlshadow import config
+    from qlshadow.storage import db, retention
     pragmas = tuple((key, value) for key, value in (("page_size", page_size),
                                                      ("wal_autocheckpoint", checkpoint_pages)) if value)
-    from qlshadow.legacy import apply_status_callback, parse_status_callback
-    from qlshadow.models import Cron, RunningInstance, ShadowRun
-    from qlshadow.shadow.writer import observe
+    from qlshadow.core.legacy import apply_status_callback, parse_status_callback
+    from qlshadow.storage.models import Cron, RunningInstance, ShadowRun
+    from qlshadow.core.shadow.writer import observe
 
     data = os.path.join(base, f"steady-{'on' if shadow else 'off'}")
     app, settings = load_app(data, {} if shadow else {"QL3_SHADOW_ORIGINS": ""}, pragmas)
@@ -207,8 +209,8 @@ def fill_runs(path: str, count: int, crons: int) -> None:
         conn.execute("INSERT INTO crons (name, command, schedule, allow_multiple_instances, "
                      "status, is_disabled, created_at, updated_at) "
                      "VALUES (?, 'task', '* * * * *', 0, 1, 0, 1, 1)", (f"job{n}",))
-    from qlshadow import schema
-    from qlshadow.shadow.ids import run_id
+    from qlshadow.storage import schema
+    from qlshadow.core.shadow.ids import run_id
 
     def rows():  # as the writer stores them (schema.MOVED columns)
         for n in range(count):
@@ -227,8 +229,9 @@ def fill_runs(path: str, count: int, crons: int) -> None:
 
 
 def latency(base: str, counts: list, crons: int, requests: int) -> dict:
-    from qlshadow import config, db
-    from qlshadow.auth import system_token
+    from qlshadow import config
+    from qlshadow.storage import db
+    from qlshadow.core.auth import system_token
 
     clients = {}
     for count in counts:

@@ -36,10 +36,12 @@ import tempfile
 import time
 import uuid
 
-from qlshadow import config, db, metrics
-from qlshadow.runtime import KEY as RUNTIME_KEY
-from qlshadow.auth import system_token
-from qlshadow.views import create_app
+from qlshadow import config
+from qlshadow.storage import db
+from qlshadow.watch import metrics
+from qlshadow.core.runtime import KEY as RUNTIME_KEY
+from qlshadow.core.auth import system_token
+from qlshadow.web.views import create_app
 
 CRONS = 200
 

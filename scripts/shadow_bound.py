@@ -43,7 +43,7 @@ import uuid
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import guarantee_costs  # noqa: E402  (its setup and its WSGI driver)
 
-from qlshadow import db  # noqa: E402
+from qlshadow.storage import db  # noqa: E402
 
 CRONS = guarantee_costs.CRONS
 FIRST_SECOND = 1764500000
@@ -127,7 +127,7 @@ def _bare(kind: str, key: tuple, savepoint: bool, row_bytes: int) -> list:
 
 def cases_from(recorded: list) -> dict:
     """{case: (extra schema, [statements of each callback])} derived from the recorded ones."""
-    from qlshadow.shadow import writer
+    from qlshadow.core.shadow import writer
     # Where each writer statement takes the run id, to put arrival-ordered ids in its place.
     id_slots = {}
     for statement in (writer._INSERT_RUN, writer._FINISH_RUN, writer._LOAD_RUN, writer._ADVANCE_RUN):

@@ -16,8 +16,9 @@ import time
 import pytest
 from helpers import BACKENDS, SHADOW_ON, LiveServer, SessionDatabases, legacy_rows, play
 
-from qlshadow import config, db
-from qlshadow.views import create_app
+from qlshadow import config
+from qlshadow.storage import db
+from qlshadow.web.views import create_app
 
 
 @pytest.fixture(scope="session")
@@ -83,7 +84,7 @@ def client(app):
 @pytest.fixture
 def token(app) -> str:
     """A valid system token (via the same code path as `qlshadow token system`)."""
-    from qlshadow.auth import system_token
+    from qlshadow.core.auth import system_token
     settings = app.extensions["qlshadow"]
     with db.database.connection_context(), db.write_transaction():
         return system_token(settings.token_file)["value"]
@@ -133,7 +134,7 @@ def legacy_twin(app, backend, tmp_path, pg_databases):
 
     Returns (callback answers, legacy_rows()); the test's own database is bound again after.
     """
-    from qlshadow.auth import system_token
+    from qlshadow.core.auth import system_token
     played = []
 
     def twin(steps):
@@ -186,7 +187,7 @@ _LOCKS_BEFORE = pytest.StashKey[set]()
 
 def _crontab_lock_files() -> set:
     import glob as _glob
-    from qlshadow.crontab import LOCK_DIRS
+    from qlshadow.host.crontab import LOCK_DIRS
     return {path for directory in LOCK_DIRS for path in _glob.glob(os.path.join(directory, _LOCK_GLOB))}
 
 

@@ -14,7 +14,7 @@ import uuid
 import pytest
 from harness import ROOT, STARTUP, Serve, clean_env, free_port, stop_process
 
-from qlshadow import db
+from qlshadow.storage import db
 
 __all__ = ["ROOT", "STARTUP", "Serve", "clean_env", "free_port", "stop_process"]
 
@@ -222,7 +222,7 @@ def play(client, headers: dict, steps) -> list:
 
 def legacy_rows() -> dict:
     """Crons and RunningInstances, without the columns that only hold the server's clock."""
-    from qlshadow.models import Cron, RunningInstance
+    from qlshadow.storage.models import Cron, RunningInstance
     db.ensure_connection()
     crons = [{k: v for k, v in row.items() if k not in ("created_at", "updated_at")}
              for row in Cron.select().order_by(Cron.id).dicts()]

@@ -15,8 +15,8 @@ import re
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from qlshadow.config import sqlite_file
-from qlshadow.shadow.ids import PROJECT_ID, attempt_id, parse_execution_id, run_id
-from qlshadow.shadow.reader import logical_row
+from qlshadow.core.shadow.ids import PROJECT_ID, attempt_id, parse_execution_id, run_id
+from qlshadow.core.shadow.reader import logical_row
 
 TABLES = ("crons", "running_instances", "apps", "tokens", "shadow_runs", "shadow_failures")
 STATES = ("accepted", "spawned", "running", "exited")

@@ -1,6 +1,6 @@
 """Databases as older releases made them, with rows as their writers left them.
 
-For the tests of the schema's upgrade steps (app/schema.py): a release before versions
+For the tests of the schema's upgrade steps (app/storage/schema.py): a release before versions
 (version 0) in each shape it shipped, and any later version reached through the steps.
 """
 from __future__ import annotations
@@ -9,12 +9,13 @@ import os
 
 from peewee import CompositeKey
 
-from qlshadow import db, schema
-from qlshadow.models import ALL_MODELS, App, Cron, RunningInstance, ShadowFailure, ShadowRun, Token
-from qlshadow.schema import RunV1
-from qlshadow.shadow.reader import logical_row
-from qlshadow.shadow.ids import attempt_id, run_id
-from qlshadow.shadow.writer import cron_revision
+from qlshadow.storage import db, schema
+from qlshadow.storage.models import (ALL_MODELS, App, Cron, RunningInstance, ShadowFailure,
+                                     ShadowRun, Token)
+from qlshadow.storage.schema import RunV1
+from qlshadow.core.shadow.reader import logical_row
+from qlshadow.core.shadow.ids import attempt_id, run_id
+from qlshadow.core.shadow.writer import cron_revision
 
 
 class RequestKeyedRun(RunV1):

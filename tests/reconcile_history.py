@@ -6,8 +6,8 @@ import time
 import uuid
 from contextlib import contextmanager
 
-from qlshadow import db
-from qlshadow.models import Cron
+from qlshadow.storage import db
+from qlshadow.storage.models import Cron
 from helpers import STATUS_PATH
 
 HOUR = 3600
@@ -84,7 +84,7 @@ def defects(report: dict) -> dict:
 
 
 def report_of(cron_id: int, since: int, until: int, now: int, **options) -> dict:
-    from qlshadow.reconcile import reconcile
+    from qlshadow.watch.reconcile import reconcile
     with db.connected():
         data = reconcile(since, until, cron_id, now=now, **options)
     (cron,) = data["crons"]

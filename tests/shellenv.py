@@ -144,7 +144,7 @@ def run_task(shell: str, command: str, env: dict, hide_kernel_uuid: str | None =
 
 
 def cli_for_tests() -> str:
-    from qlshadow.crontab import cli_command
+    from qlshadow.host.crontab import cli_command
     return cli_command()
 
 

@@ -49,7 +49,7 @@ class Emulated:
 
     def __init__(self, arch: str, tmp_path, env: dict):
         # qlshadow is the source tree's app/ (setup.cfg's package_dir); shell/ beside it is
-        # where qlshadow.crontab finds task.sh.
+        # where qlshadow.host.crontab finds task.sh.
         path = tmp_path / f"path-{arch}"
         path.mkdir()
         (path / "qlshadow").symlink_to(os.path.join(ROOT, "app"))

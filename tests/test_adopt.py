@@ -1,4 +1,4 @@
-"""`qlshadow adopt` (app/adopt.py): the box's own crontab lines become crons on request.
+"""`qlshadow adopt` (app/service/adopt.py): the box's own crontab lines become crons on request.
 
 Every test reads and installs a real BusyBox spool (`busybox crontab -c DIR`), through an
 install command that counts its runs, on both databases.
@@ -10,9 +10,11 @@ import shlex
 
 import pytest
 
-from qlshadow import adopt, crontab, db
+from qlshadow.service import adopt
+from qlshadow.host import crontab
+from qlshadow.storage import db
 from qlshadow.errors import InvalidInput
-from qlshadow.models import Cron
+from qlshadow.storage.models import Cron
 from helpers import cli_env, run_cli, table_rows
 from test_crontab_block import USER_CRONTAB, Target, block, busybox_target  # noqa: F401
 

@@ -11,8 +11,11 @@ import time
 
 import pytest
 
-from qlshadow import alerts, config, crontab, db, notify
-from qlshadow.models import AlertDelivery, AlertEvent, Cron
+from qlshadow.watch import alerts, notify
+from qlshadow import config
+from qlshadow.host import crontab
+from qlshadow.storage import db
+from qlshadow.storage.models import AlertDelivery, AlertEvent, Cron
 from helpers import ROOT, table_rows
 from test_notify_channels import PROXY_VARIABLES, Receiver
 
@@ -291,7 +294,7 @@ def test_notify_conf_carries_the_channels_the_server_sees_and_is_private(setting
 @pytest.fixture
 def installed(tmp_path, make_settings):
     """A system-mode app whose crontab 'installs' into a plain file."""
-    from qlshadow.views import create_app
+    from qlshadow.web.views import create_app
     target = tmp_path / "crontab.installed"
     settings = make_settings(QL_SCHEDULER="system", QL_CRONTAB_INSTALL=f"cp {{file}} {target}",
                              QL_CRONTAB_LIST=f"cat {target}")
@@ -302,7 +305,7 @@ def installed(tmp_path, make_settings):
 
 
 def test_the_block_carries_the_notify_line_and_loses_it_with_the_block(installed):
-    from qlshadow.auth import system_token
+    from qlshadow.core.auth import system_token
     application, settings, target = installed
     client = application.test_client()
     with db.database.connection_context(), db.write_transaction():
@@ -357,7 +360,7 @@ def test_a_bad_limit_is_a_400_naming_it(client, auth, query):
 
 def test_metrics_count_notifications_by_channel_and_outcome(
         settings, client, auth, make_cron, receiver, monkeypatch):
-    from qlshadow.auth import issue_metrics_token
+    from qlshadow.core.auth import issue_metrics_token
     for key, value in dict(ntfy(receiver), GOTIFY_URL=receiver.url, GOTIFY_TOKEN="t").items():
         monkeypatch.setenv(key, value)  # the server's environment: two channels
     cron = make_cron(schedule="@once")
@@ -390,7 +393,7 @@ def test_an_idle_tick_writes_nothing_and_reuses_the_firings_it_kept(
                 for p in (database, database + "-wal")] if db.is_sqlite() else []
 
     written = sizes()
-    from qlshadow import health
+    from qlshadow.watch import health
     health._NEAR.clear()  # as in a new process: only the file can give them back
     assert tick(settings, channels, now + 60) == dict.fromkeys(
         ("found", "queued", "sent", "retrying", "given_up"), 0)
@@ -400,7 +403,7 @@ def test_an_idle_tick_writes_nothing_and_reuses_the_firings_it_kept(
 
 
 def test_an_event_rolls_back_with_the_callback_that_wrote_it(client, auth, make_cron):
-    from qlshadow.legacy import apply_status_callback, parse_status_callback
+    from qlshadow.core.legacy import apply_status_callback, parse_status_callback
     cron = make_cron(schedule="@once")
     cb = parse_status_callback({"ids": [cron["id"]], "status": 1, "pid": 5, "exit_code": 9})
     with db.database.connection_context():
@@ -438,7 +441,7 @@ def test_deleting_a_cron_deletes_its_events_and_deliveries(
 
 def test_the_callbacks_retention_step_deletes_old_events_without_any_channel(
         settings, client, auth, make_cron):
-    from qlshadow import retention
+    from qlshadow.storage import retention
     cron = make_cron(schedule="@once")
     run(client, auth, cron["id"], 2, pid=1)
     run(client, auth, cron["id"], 0, pid=2)

@@ -10,9 +10,9 @@ import time
 
 import pytest
 
-from qlshadow import db
-from qlshadow.auth import TOKEN_LIFETIME, create_app_record
-from qlshadow.models import App, Cron, RunningInstance, Token
+from qlshadow.storage import db
+from qlshadow.core.auth import TOKEN_LIFETIME, create_app_record
+from qlshadow.storage.models import App, Cron, RunningInstance, Token
 from helpers import ONE_BACKEND, cli_env, fixture_body, run_cli, table_rows
 
 
@@ -179,11 +179,11 @@ def test_an_expired_token_is_a_401(client, token):
 
 
 def test_a_token_already_checked_is_refused_once_its_30_days_are_over(client, token, monkeypatch):
-    import qlshadow.views.common
+    import qlshadow.web.views.common
     assert client.get("/open/crons", headers=bearer(token)).status_code == 200
     later = time.time() + TOKEN_LIFETIME + 1
     # Only the clock the auth hook reads moves on; the database is the real one.
-    monkeypatch.setattr(qlshadow.views.common, "time",
+    monkeypatch.setattr(qlshadow.web.views.common, "time",
                         type("Clock", (), {"time": staticmethod(lambda: later)}))
 
     response = client.get("/open/crons", headers=bearer(token))
@@ -193,13 +193,13 @@ def test_a_token_already_checked_is_refused_once_its_30_days_are_over(client, to
 
 def test_a_token_deleted_from_the_database_stops_working_within_a_minute(client, token,
                                                                          monkeypatch):
-    import qlshadow.views.common
-    from qlshadow.auth import TokenCache
-    from qlshadow.models import Token
+    import qlshadow.web.views.common
+    from qlshadow.core.auth import TokenCache
+    from qlshadow.storage.models import Token
     assert client.get("/open/crons", headers=bearer(token)).status_code == 200
     Token.delete().execute()  # revoke every token, as an operator would
     later = time.time() + TokenCache.RECHECK + 1
-    monkeypatch.setattr(qlshadow.views.common, "time",
+    monkeypatch.setattr(qlshadow.web.views.common, "time",
                         type("Clock", (), {"time": staticmethod(lambda: later)}))
 
     response = client.get("/open/crons", headers=bearer(token))

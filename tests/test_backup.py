@@ -1,4 +1,4 @@
-"""`qlshadow backup` and the snapshot it keeps (app/backup.py): a consistent one-file copy
+"""`qlshadow backup` and the snapshot it keeps (app/storage/backup.py): a consistent one-file copy
 of the SQLite database taken with SQLite's online backup API, the list of files a
 configuration backup holds, and the restore that opening a missing database does. On
 PostgreSQL there is nothing to snapshot."""
@@ -10,7 +10,8 @@ import time
 
 import pytest
 
-from qlshadow import backup, config, db
+from qlshadow.storage import backup, db
+from qlshadow import config
 from helpers import run_cli
 
 

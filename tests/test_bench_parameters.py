@@ -8,10 +8,10 @@ import pytest
 from helpers import ONE_BACKEND, SHADOW_ON, STATUS_PATH, legacy_rows, play
 from test_shadow_fail_open import CRON, callback, install_failing_trigger
 
-from qlshadow import db
-from qlshadow.auth import system_token
-from qlshadow.runtime import KEY
-from qlshadow.views import create_app
+from qlshadow.storage import db
+from qlshadow.core.auth import system_token
+from qlshadow.core.runtime import KEY
+from qlshadow.web.views import create_app
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ import uuid
 
 import pytest
 
-from qlshadow.models import Cron, RunningInstance, ShadowFailure
+from qlshadow.storage.models import Cron, RunningInstance, ShadowFailure
 from qlshadow.parse import TIME_MAX
 from helpers import STATUS_PATH, cli_env, run_cli, table_rows
 
@@ -74,8 +74,8 @@ def test_a_cron_id_past_64_bits_is_a_404(client, auth, make_cron, path, big):
 
 @pytest.mark.parametrize("big", BEYOND_64)
 def test_a_cron_page_for_an_id_past_64_bits_is_a_404_page(app, client, big):
-    from qlshadow import db
-    from qlshadow.auth import create_app_record
+    from qlshadow.storage import db
+    from qlshadow.core.auth import create_app_record
     with db.database.connection_context(), db.write_transaction():
         viewer = create_app_record("viewer", ["crons", "runs"])
     client.post("/page/login", data={"client_id": viewer[0], "client_secret": viewer[1]},

@@ -10,9 +10,9 @@ import time
 
 import pytest
 
-from qlshadow import db
-from qlshadow.auth import create_app_record
-from qlshadow.models import Token
+from qlshadow.storage import db
+from qlshadow.core.auth import create_app_record
+from qlshadow.storage.models import Token
 from helpers import FIXTURES, SHADOW_ON, fixture_body, legacy_rows
 from test_errors import _fail_updates_of, _take_database_down
 

@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from qlshadow import db
+from qlshadow.storage import db
 from qlshadow.cli import main
-from qlshadow.models import App, Cron, RunningInstance, Token
+from qlshadow.storage.models import App, Cron, RunningInstance, Token
 from helpers import Serve, clean_env, cli_env, fixture_body, http, run_cli, table_rows
 
 TABLES = {"crons", "running_instances", "apps", "tokens", "shadow_runs", "shadow_failures"}

@@ -1,6 +1,6 @@
 """Text from cron fields in the CLI's tables shows its control characters escaped: a name
 holding an ESC sequence and a line break neither colours the terminal nor splits a row
-(app/textout.py; `qlshadow cron list`, `cron show` and `status`, both databases)."""
+(app/cli/textout.py; `qlshadow cron list`, `cron show` and `status`, both databases)."""
 from __future__ import annotations
 
 import pytest
@@ -37,7 +37,7 @@ def test_status_fits_its_table_to_the_terminal_like_every_other_table(settings, 
 
 
 def test_every_control_character_is_escaped_and_nothing_else():
-    from qlshadow.textout import shown
+    from qlshadow.cli.textout import shown
     controls = "".join(map(chr, [*range(0x20), *range(0x7f, 0xa0)]))
     escaped = shown(controls)
     assert escaped.isascii() and escaped.isprintable()
@@ -46,6 +46,6 @@ def test_every_control_character_is_escaped_and_nothing_else():
 
 
 def test_the_table_and_the_record_escape_their_cells():
-    from qlshadow.textout import Column, record, table
+    from qlshadow.cli.textout import Column, record, table
     assert table([Column("name")], [["a\nb"]]) == "name\na\\nb\n"
     assert record([("name", "a\x1bb")]) == "name: a\\x1bb\n"

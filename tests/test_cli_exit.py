@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from qlshadow import db
-from qlshadow.auth import RUNNER_APP, create_app_record
+from qlshadow.storage import db
+from qlshadow.core.auth import RUNNER_APP, create_app_record
 from qlshadow.cli import EXIT_INTERNAL, build_parser
-from qlshadow.models import App, Cron
+from qlshadow.storage.models import App, Cron
 from helpers import cli_env, run_cli, table_rows
 
 

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from qlshadow.textout import duration
+from qlshadow.cli.textout import duration
 from helpers import ONE_BACKEND, ROOT, SHADOW_ON, STATUS_PATH, cli_env, run_cli
 
 pytestmark = pytest.mark.shadow_on
@@ -257,7 +257,8 @@ SHELLS = [shell for shell in ("dash", "bash") if shutil.which(shell)] + [
 @ONE_BACKEND
 @pytest.mark.parametrize("shell", SHELLS)
 def test_a_reader_that_leaves_early_ends_the_command_quietly(app, env, shell, tmp_path):
-    from qlshadow import crons, db
+    from qlshadow.service import crons
+    from qlshadow.storage import db
     with db.database.connection_context(), db.write_transaction():
         for n in range(300):  # a 1 MB table: far more than a pipe holds once head has left
             crons.create({"name": f"job {n}", "command": "x" * 3500, "schedule": "@boot"})

@@ -14,10 +14,10 @@ import time
 import pytest
 from peewee import DatabaseError
 
-from qlshadow import db
-from qlshadow.health import read_all
-from qlshadow.models import ClockStep
-from qlshadow.runtime import STEPS_KEPT, ClockWatch, record_step, watch_clock
+from qlshadow.storage import db
+from qlshadow.watch.health import read_all
+from qlshadow.storage.models import ClockStep
+from qlshadow.core.runtime import STEPS_KEPT, ClockWatch, record_step, watch_clock
 from helpers import table_rows
 from reconcile_history import HOUR, defects, fire, history, new_cron, report_of
 from shellenv import wait_for
@@ -121,8 +121,8 @@ def test_the_gate_judges_firings_skipped_across_a_step_as_clock_step(stepped_his
 
 
 def test_the_reconcile_table_has_a_clock_step_column(stepped_history):
-    from qlshadow.gate_report import format_report
-    from qlshadow.reconcile import reconcile
+    from qlshadow.cli.gate_report import format_report
+    from qlshadow.watch.reconcile import reconcile
     cron_id, since, end, skipped = stepped_history
     with db.connected():
         _boot_step(since + 2 * HOUR - 30, 2 * HOUR - 60)

@@ -10,7 +10,7 @@ from http.client import HTTPConnection
 
 import pytest
 
-from qlshadow.models import Cron, RunningInstance
+from qlshadow.storage.models import Cron, RunningInstance
 from helpers import http, table_rows
 
 CRONS = 8

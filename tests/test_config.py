@@ -9,7 +9,8 @@ import threading
 
 import pytest
 
-from qlshadow import config, db
+from qlshadow import config
+from qlshadow.storage import db
 from qlshadow.config import ConfigError
 from helpers import run_cli
 

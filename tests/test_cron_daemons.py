@@ -123,7 +123,7 @@ class Daemon:
         if processes is None:
             # The lock file of this private crontab (crontab.lock_path): no one else uses it.
             import types
-            from qlshadow.crontab import lock_path
+            from qlshadow.host.crontab import lock_path
             try:
                 os.unlink(lock_path(types.SimpleNamespace(crontab_list=self.list,
                                                           crontab_install=self.install)))
@@ -355,7 +355,7 @@ def test_exit_codes_reach_the_run(batch):
 
 
 def test_the_longest_accepted_commands_sit_at_the_limit_and_run(batch):
-    from qlshadow.crontab import MAX_COMMAND_BYTES
+    from qlshadow.host.crontab import MAX_COMMAND_BYTES
     for name in ("long_ascii", "long_percent"):
         size = batch.crons[name][1]["line_bytes"]
         # A new cron is checked with room for the longest id (19 digits).

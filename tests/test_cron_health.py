@@ -1,4 +1,4 @@
-"""The health state per cron (qlshadow.health), GET /open/crons/health and `qlshadow status`.
+"""The health state per cron (qlshadow.watch.health), GET /open/crons/health and `qlshadow status`.
 
 Histories are built through the status callback, as task.sh sends it, and then dated: a
 callback's finish is stamped with the server's clock, so each execution's finished_at is
@@ -11,9 +11,10 @@ import time
 
 import pytest
 
-from qlshadow import db, health
-from qlshadow.auth import create_app_record, issue_token
-from qlshadow.models import App, Cron, RunningInstance, ShadowRun
+from qlshadow.storage import db
+from qlshadow.watch import health
+from qlshadow.core.auth import create_app_record, issue_token
+from qlshadow.storage.models import App, Cron, RunningInstance, ShadowRun
 from helpers import STATUS_PATH, cli_env, run_cli
 from reconcile_history import execution_id, fire, new_cron
 
@@ -248,8 +249,8 @@ def test_a_bad_grace_is_a_400_naming_it_and_writes_nothing(client, auth, make_cr
 
 
 def test_grace_is_not_part_of_the_task_revision(client, auth, make_cron):
-    from qlshadow.models import DEFINITION_FIELDS
-    from qlshadow.shadow.writer import cron_revision
+    from qlshadow.storage.models import DEFINITION_FIELDS
+    from qlshadow.core.shadow.writer import cron_revision
     assert "grace" not in DEFINITION_FIELDS
     cron = make_cron()
     with db.connected(), db.write_transaction():
@@ -352,7 +353,7 @@ def test_evaluate_needs_no_database():
 # --- the gate counts failures ---------------------------------------------------------------
 
 def gate_report(cron_id: int) -> dict:
-    from qlshadow.reconcile import reconcile
+    from qlshadow.watch.reconcile import reconcile
     with db.connected():
         return reconcile(BASE, BASE + 3600, cron_id, now=BASE + 3600 + 120)
 

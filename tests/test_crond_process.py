@@ -1,5 +1,5 @@
 """Whether a cron daemon runs (a scan of /proc), and on OpenWrt crond enabled and started
-once after our block is installed (app/crond.py)."""
+once after our block is installed (app/host/crond.py)."""
 from __future__ import annotations
 
 import os
@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from qlshadow import crond
+from qlshadow.host import crond
 from helpers import cli_env, run_cli, stop_process
 from shellenv import busybox_static, wait_for
 

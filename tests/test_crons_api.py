@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from qlshadow.models import Cron, RunningInstance
+from qlshadow.storage.models import Cron, RunningInstance
 from helpers import fixture_body, table_rows
 
 CRON_FIELDS = {"id", "name", "command", "schedule", "status", "pid", "log_path",

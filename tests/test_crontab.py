@@ -8,7 +8,8 @@ import subprocess
 
 import pytest
 
-from qlshadow import crontab, db
+from qlshadow.host import crontab
+from qlshadow.storage import db
 from helpers import cli_env, run_cli
 from shellenv import busybox_static
 

@@ -14,8 +14,10 @@ import subprocess
 
 import pytest
 
-from qlshadow import crons, crontab, db
-from qlshadow.models import Cron
+from qlshadow.service import crons
+from qlshadow.host import crontab
+from qlshadow.storage import db
+from qlshadow.storage.models import Cron
 from helpers import cli_env, http, run_cli, table_rows
 from shellenv import busybox_static
 

@@ -7,7 +7,8 @@ import stat
 
 import pytest
 
-from qlshadow import crontab, db
+from qlshadow.host import crontab
+from qlshadow.storage import db
 from helpers import cli_env, run_cli
 
 MARKER = "QL_EXECUTION_ORIGIN=scheduled_system"
@@ -145,7 +146,7 @@ def test_the_runner_token_posts_callbacks_and_nothing_else(client, settings, mak
 def test_token_system_keeps_every_scope_and_its_file(settings):
     result = run_cli(cli_env(settings), "token", "system")
     assert result.stdout.strip() == os.path.join(settings.data_dir, "token.json")
-    from qlshadow.auth import token_scopes
+    from qlshadow.core.auth import token_scopes
     value = json.loads(read(os.path.join(settings.data_dir, "token.json")))["value"]
     with db.database.connection_context():
         assert token_scopes(value, 0)[0] == frozenset({"crons", "runs"})
@@ -155,6 +156,6 @@ def test_token_runner_writes_a_callback_only_token(settings):
     result = run_cli(cli_env(settings), "token", "runner")
     path = result.stdout.strip()
     assert path == os.path.join(settings.data_dir, "runner-token.json")
-    from qlshadow.auth import token_scopes
+    from qlshadow.core.auth import token_scopes
     with db.database.connection_context():
         assert token_scopes(json.loads(read(path))["value"], 0)[0] == frozenset({"status"})

@@ -12,7 +12,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from qlshadow import config, crontab
+from qlshadow import config
+from qlshadow.host import crontab
 from helpers import create_pg_database, drop_pg_database, run_cli
 from test_crontab_block import USER_CRONTAB, busybox_target  # noqa: F401  (a fixture)
 

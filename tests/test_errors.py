@@ -9,8 +9,8 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from qlshadow import db
-from qlshadow.models import Cron, RunningInstance
+from qlshadow.storage import db
+from qlshadow.storage.models import Cron, RunningInstance
 from helpers import ONE_BACKEND, fixture_body, http, table_rows
 
 

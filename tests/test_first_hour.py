@@ -135,7 +135,7 @@ def test_read_only_commands_answer_while_another_process_holds_the_write_lock(ap
 def test_server_log_lines_carry_one_prefix():
     import logging
 
-    from qlshadow.serving import _LogFormat
+    from qlshadow.web.serving import _LogFormat
     fmt = _LogFormat()
 
     def line(name, level, message):
@@ -143,6 +143,6 @@ def test_server_log_lines_carry_one_prefix():
 
     assert line("qlshadow", logging.WARNING, "crontab not updated: x") == \
         "qlshadow: warning: crontab not updated: x"
-    assert line("qlshadow.shadow", logging.WARNING, "Shadow write failed") == \
+    assert line("qlshadow.core.shadow", logging.WARNING, "Shadow write failed") == \
         "qlshadow: warning: Shadow write failed"
     assert line("waitress", logging.ERROR, "socket error") == "qlshadow: error: waitress: socket error"

@@ -8,9 +8,9 @@ import time
 
 import pytest
 
-from qlshadow import db
-from qlshadow.auth import create_app_record
-from qlshadow.models import Cron
+from qlshadow.storage import db
+from qlshadow.core.auth import create_app_record
+from qlshadow.storage.models import Cron
 from helpers import cli_env, run_cli
 from reconcile_history import HOUR, history, new_cron
 

@@ -1,4 +1,4 @@
-"""GroupCommit (app/group_commit.py) on a real SQLite file: which connection runs at NORMAL,
+"""GroupCommit (app/storage/group_commit.py) on a real SQLite file: which connection runs at NORMAL,
 when the WAL is fsynced, and what a failed fsync does. The served path, with answers held
 until the fsync and a disk that can be slowed or broken, is tests/faults/test_group_commit.py.
 
@@ -12,8 +12,8 @@ import uuid
 
 import pytest
 
-from qlshadow import db
-from qlshadow.group_commit import GroupCommit
+from qlshadow.storage import db
+from qlshadow.storage.group_commit import GroupCommit
 
 pytestmark = pytest.mark.parametrize("backend", ["sqlite"])
 

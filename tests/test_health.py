@@ -8,7 +8,8 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from qlshadow import __version__, db
+from qlshadow import __version__
+from qlshadow.storage import db
 from helpers import _create_throwaway_database, _pg_admin, drop_pg_database
 
 
@@ -181,5 +182,5 @@ def test_a_failure_incident_is_logged_once(app, client, caplog):
 
 def writes(app):
     """The app's record of whether writes work (its Runtime's)."""
-    from qlshadow.runtime import KEY
+    from qlshadow.core.runtime import KEY
     return app.extensions[KEY].writes

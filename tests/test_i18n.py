@@ -14,9 +14,11 @@ import time
 
 import pytest
 
-from qlshadow import config, crontab, db, i18n, msgfmt
-from qlshadow.auth import create_app_record
-from qlshadow.views import create_app
+from qlshadow import config, i18n, msgfmt
+from qlshadow.host import crontab
+from qlshadow.storage import db
+from qlshadow.core.auth import create_app_record
+from qlshadow.web.views import create_app
 from helpers import ONE_BACKEND, ROOT, run_cli
 from test_alerts import run, tick_process
 from test_notify_channels import PROXY_VARIABLES, Receiver
@@ -319,7 +321,7 @@ def test_a_failed_cron_reads_in_chinese_on_its_page(signed_in, auth, make_cron):
 
 def test_with_ql_lang_zh_cn_reasons_are_chinese_and_machine_words_english(zh_app, make_settings):
     client = zh_app.test_client()
-    from qlshadow.auth import system_token
+    from qlshadow.core.auth import system_token
     with db.database.connection_context(), db.write_transaction():
         token = system_token(zh_app.extensions["qlshadow"].token_file)["value"]
     auth = {"Authorization": f"Bearer {token}"}
@@ -340,7 +342,7 @@ def test_with_ql_lang_zh_cn_reasons_are_chinese_and_machine_words_english(zh_app
 
 
 def test_the_gates_reasons_in_chinese_name_the_same_figures():
-    from qlshadow.reconcile import _gate
+    from qlshadow.watch.reconcile import _gate
     reports = [{"cron_id": 7, "name": "a", "verdict": "fail", "reasons": ["x"]}]
     token = i18n.use("zh_CN")
     try:
@@ -353,7 +355,7 @@ def test_the_gates_reasons_in_chinese_name_the_same_figures():
 
 
 def test_health_reasons_follow_the_language_in_effect():
-    from qlshadow import health
+    from qlshadow.watch import health
     cron = {"id": 1, "name": "a", "schedule": "@once", "is_disabled": 1, "created_at": 0,
             "updated_at": 100, "grace": None}
     assert health.evaluate(cron, [], health.NO_FIRINGS, 200)["reason"] == \
@@ -382,7 +384,7 @@ def test_the_tick_sends_a_chinese_notification_with_ql_lang_zh_cn(make_settings,
     application = create_app(settings)
     try:
         client = application.test_client()
-        from qlshadow.auth import system_token
+        from qlshadow.core.auth import system_token
         with db.database.connection_context(), db.write_transaction():
             token = system_token(settings.token_file)["value"]
         auth = {"Authorization": f"Bearer {token}"}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from qlshadow.errors import InvalidInput
-from qlshadow.models import Cron, RunningInstance, ShadowFailure, ShadowRun
+from qlshadow.storage.models import Cron, RunningInstance, ShadowFailure, ShadowRun
 from qlshadow.parse import INT64_MAX, parse_ids
 from helpers import SHADOW_ON, STATUS_PATH, cli_env, http, run_cli, table_rows
 from shellenv import instances_of, wait_for

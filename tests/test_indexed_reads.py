@@ -13,7 +13,7 @@ import re
 
 import pytest
 
-from qlshadow import db, retention
+from qlshadow.storage import db, retention
 from helpers import STATUS_PATH
 
 pytestmark = pytest.mark.shadow_on
@@ -198,7 +198,7 @@ def gate_reads_off_index(sql: str, params: tuple) -> list:
 def gate_history(app, runs_of_two_crons):
     """The two crons' Runs and instances, a manual run (an instance without a Run) and a
     firing with neither, so that every read of the gate runs."""
-    from qlshadow.models import Cron, RunningInstance
+    from qlshadow.storage.models import Cron, RunningInstance
     a, _ = runs_of_two_crons
     with db.database.connection_context(), db.write_transaction():
         # made long before the window, so that the gate judges its firings
@@ -210,7 +210,7 @@ def gate_history(app, runs_of_two_crons):
 @pytest.mark.parametrize("one_cron", [False, True], ids=["every cron", "one cron"])
 def test_every_read_of_the_gate_goes_through_an_index_the_product_creates(gate_history, recorded,
                                                                           one_cron):
-    from qlshadow import reconcile
+    from qlshadow.watch import reconcile
     a, _ = gate_history
     del recorded[:]
     with db.database.connection_context():

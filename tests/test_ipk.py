@@ -101,7 +101,7 @@ def test_busybox_tar_unpacks_the_package(ipk, tmp_path):
     subprocess.run(["busybox", "tar", "-xzf", str(tmp_path / "data.tar.gz"), "-C", str(tmp_path)],
                    check=True)
 
-    assert (tmp_path / "usr" / "lib" / "qlshadow" / "qlshadow" / "cli.py").is_file()
+    assert (tmp_path / "usr" / "lib" / "qlshadow" / "qlshadow" / "cli" / "__init__.py").is_file()
 
 
 def test_the_control_fields_name_the_package_version_and_dependencies(ipk):
@@ -233,7 +233,7 @@ def test_scripts_are_executable_and_config_files_are_not(ipk):
     assert mode(root / "etc" / "config" / "qlshadow") == 0o644
     # May hold a database password.
     assert mode(root / "etc" / "qlshadow" / "qlshadow.conf") == 0o600
-    assert mode(root / "usr" / "lib" / "qlshadow" / "qlshadow" / "cli.py") == 0o644
+    assert mode(root / "usr" / "lib" / "qlshadow" / "qlshadow" / "cli" / "__init__.py") == 0o644
 
 
 def test_every_directory_is_0755_including_the_root_entry(ipk):
@@ -472,7 +472,7 @@ def test_serving_callbacks_writes_nothing_under_the_packages_lib_dir(packaged):
     assert snapshot(lib) == before
     cached = {os.path.relpath(os.path.join(base, name), server.pycache)
               for base, _, names in os.walk(server.pycache) for name in names}
-    assert (str(lib / "qlshadow").lstrip("/") + "/cli.cpython-"
+    assert (str(lib / "qlshadow").lstrip("/") + "/cli/__init__.cpython-"
             f"{sys.version_info[0]}{sys.version_info[1]}.pyc") in cached
 
 

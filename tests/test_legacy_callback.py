@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from qlshadow.models import Cron, RunningInstance
+from qlshadow.storage.models import Cron, RunningInstance
 from helpers import FIXTURES, ONE_BACKEND, fixture_body, table_rows
 
 LOG = "backup/2026-11-30-08-00-00-123.log"

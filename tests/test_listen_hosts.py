@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from qlshadow import config, serving
+from qlshadow import config
+from qlshadow.web import serving
 
 
 def test_a_comma_list_gives_every_host_once_and_the_first_names_the_urls():

@@ -1,5 +1,5 @@
 """Requests waitress cannot parse, sent over raw sockets to a real `qlshadow serve`: each gets
-waitress's own 400 and no exception is logged, on the SQLite callback lane (app/serving.py)
+waitress's own 400 and no exception is logged, on the SQLite callback lane (app/web/serving.py)
 as without it on PostgreSQL, alone or pipelined after a valid callback."""
 from __future__ import annotations
 

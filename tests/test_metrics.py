@@ -8,9 +8,10 @@ import time
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from qlshadow import db, metrics
-from qlshadow.auth import create_app_record, issue_token
-from qlshadow.models import App, database
+from qlshadow.storage import db
+from qlshadow.watch import metrics
+from qlshadow.core.auth import create_app_record, issue_token
+from qlshadow.storage.models import App, database
 from helpers import ONE_BACKEND, STATUS_PATH, cli_env, run_cli
 
 pytestmark = pytest.mark.shadow_on
@@ -170,8 +171,8 @@ def test_counters_lose_no_increment_across_threads():
 
 
 def test_each_app_counts_its_own_answers(app, client, auth, make_cron):
-    from qlshadow.runtime import KEY
-    from qlshadow.views import create_app
+    from qlshadow.core.runtime import KEY
+    from qlshadow.web.views import create_app
     assert send(client, auth, {"ids": [make_cron()["id"]], "status": 0}) == 200
 
     other = create_app(app.extensions["qlshadow"], init_db=False)
@@ -243,7 +244,7 @@ def test_missed_firings_are_counted_from_the_stored_history(client, auth, scrape
 
 
 def test_firings_in_a_step_of_the_clock_are_not_counted_missed(client, auth, scrape):
-    from qlshadow.runtime import record_step
+    from qlshadow.core.runtime import record_step
     from reconcile_history import fire, local_zone, new_cron
     with local_zone("UTC"):
         now = int(time.time())
@@ -260,7 +261,7 @@ def test_firings_in_a_step_of_the_clock_are_not_counted_missed(client, auth, scr
 
 
 def test_free_bytes_and_the_crontab_install_state_are_reported(make_settings, tmp_path):
-    from qlshadow.views import create_app
+    from qlshadow.web.views import create_app
     settings = make_settings(QL_SCHEDULER="system", QL_CRONTAB_INSTALL="true {file}",
                              QL_CRONTAB_LIST="")
     app = create_app(settings)
@@ -276,7 +277,7 @@ def test_free_bytes_and_the_crontab_install_state_are_reported(make_settings, tm
         assert installed()["qlshadow_crontab_installed"] == "0"  # nothing synced yet
         assert int(installed()["qlshadow_data_free_bytes"]) > 0
         with db.database.connection_context(), db.write_transaction():
-            from qlshadow.auth import system_token
+            from qlshadow.core.auth import system_token
             token = system_token(settings.token_file)["value"]
         assert client.post("/open/crons", json={"name": "a", "command": "true",
                                                 "schedule": "* * * * *"},
@@ -294,9 +295,9 @@ def metrics_token(settings) -> str:
 
 def test_the_metrics_token_never_expires_reads_only_metrics_and_can_be_revoked(
         app, settings, make_cron):
-    from qlshadow.auth import METRICS_APP, NO_EXPIRY, sha256_hex
-    from qlshadow.models import Token
-    from qlshadow.views import create_app
+    from qlshadow.core.auth import METRICS_APP, NO_EXPIRY, sha256_hex
+    from qlshadow.storage.models import Token
+    from qlshadow.web.views import create_app
     first, second = metrics_token(settings), metrics_token(settings)
     assert first != second and len(first) >= 40
     with db.database.connection_context():
@@ -362,7 +363,7 @@ def test_every_series_the_alert_rules_use_is_exposed(make_settings):
     import re
 
     from helpers import ROOT
-    from qlshadow.views import create_app
+    from qlshadow.web.views import create_app
     with open(os.path.join(ROOT, "conf", "qlshadow-alerts.yml"), encoding="utf-8") as fh:
         used = set(re.findall(r"\b(qlshadow_\w+)", fh.read()))
     settings = make_settings(QL_SCHEDULER="system", QL_CRONTAB_INSTALL="")
@@ -371,7 +372,7 @@ def test_every_series_the_alert_rules_use_is_exposed(make_settings):
         client = app.test_client()
         headers = {"Authorization": f"Bearer {metrics_token(settings)}"}
         with db.database.connection_context(), db.write_transaction():
-            from qlshadow.crons import create
+            from qlshadow.service.crons import create
             create({"name": "a", "command": "true", "schedule": "0 3 * * *"})
         text = client.get("/metrics", headers=headers).get_data(as_text=True)
     finally:

@@ -2,7 +2,7 @@
 schedules and `qlshadow cron add` (both databases)."""
 from __future__ import annotations
 
-from qlshadow.models import Cron
+from qlshadow.storage.models import Cron
 from helpers import cli_env, run_cli, table_rows
 
 NEVER = "0 0 30 2 *"

@@ -20,7 +20,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from qlshadow import config, notify
+from qlshadow import config
+from qlshadow.watch import notify
 from qlshadow.cli import main
 from helpers import ROOT
 
@@ -813,9 +814,9 @@ def test_notify_test_with_no_channel_says_so_and_exits_1():
 
 
 def test_the_callback_path_never_imports_the_notify_module():
-    code = ("import sys; from qlshadow import callback, cli; "
-            "from qlshadow.views import callback as route, create_app; "
-            "print('qlshadow.notify' in sys.modules)")
+    code = ("import sys; from qlshadow import cli; from qlshadow.core import callback; "
+            "from qlshadow.web.views import callback as route, create_app; "
+            "print('qlshadow.watch.notify' in sys.modules)")
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
                             timeout=60, check=True)
     assert result.stdout.strip() == "False"

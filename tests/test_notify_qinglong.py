@@ -11,7 +11,9 @@ import urllib.parse
 
 import pytest
 
-from qlshadow import config, crontab, notify
+from qlshadow import config
+from qlshadow.host import crontab
+from qlshadow.watch import notify
 from helpers import ROOT
 from test_notify_channels import PROXY_VARIABLES, Receiver, _form, no_proxy_from_the_environment  # noqa: F401
 
@@ -265,7 +267,7 @@ def test_the_conf_file_wins_and_notify_test_names_each_file(tmp_path, gobot, dee
 
 
 def test_serve_warns_about_an_unreadable_file_at_start_and_keeps_going(tmp_path, monkeypatch, capsys):
-    from qlshadow import serving
+    from qlshadow.web import serving
 
     missing = tmp_path / "config.sh"
     monkeypatch.setenv("QL_NOTIFY_FILE", str(missing))

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from qlshadow import notify
+from qlshadow.watch import notify
 from test_alerts import deliveries, run, tick
 from test_notify_channels import PROXY_VARIABLES, TITLE, CONTENT, Receiver, _notify_cli
 

@@ -322,7 +322,7 @@ attempt("resolve-non-ascii", lambda: socket.getaddrinfo("b\u00fccher.example", 8
 attempt("punycode", lambda: b"xn--bcher-kva.example".decode("idna"))
 from werkzeug.utils import secure_filename
 attempt("secure_filename", lambda: secure_filename("a b.txt"))
-from qlshadow.textout import display_width
+from qlshadow.cli.textout import display_width
 attempt("width", lambda: (display_width("abc"), display_width("\u5907\u4efd\u4efb\u52a1"),
                           display_width("\u00e9t\u00e9")))
 """
@@ -382,7 +382,7 @@ def test_the_staged_tree_holds_the_wrapper_the_app_the_shell_and_pure_python_lib
     lib = root / "usr" / "lib" / "qlshadow"
 
     assert os.access(root / "usr" / "bin" / "qlshadow", os.X_OK)
-    assert (lib / "qlshadow" / "cli.py").is_file()
+    assert (lib / "qlshadow" / "cli" / "__init__.py").is_file()
     assert (lib / "shell" / "task.sh").is_file()
     for name in ("flask", "werkzeug", "jinja2", "markupsafe", "itsdangerous", "click", "blinker",
                  "waitress", "cronsim"):

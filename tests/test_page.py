@@ -9,11 +9,11 @@ import time
 
 import pytest
 
-from qlshadow import db
-from qlshadow.views import create_app
-from qlshadow.auth import create_app_record
-from qlshadow.models import App
-from qlshadow.views.page import COOKIE, LIFETIME
+from qlshadow.storage import db
+from qlshadow.web.views import create_app
+from qlshadow.core.auth import create_app_record
+from qlshadow.storage.models import App
+from qlshadow.web.views.page import COOKIE, LIFETIME
 from helpers import SHADOW_ON
 
 pytestmark = pytest.mark.shadow_on
@@ -177,7 +177,7 @@ def test_the_crons_page_is_paginated(client, viewer, make_cron):
 
 
 def test_a_long_page_is_streamed_in_bounded_chunks_and_arrives_whole(client, viewer, make_cron):
-    from qlshadow.views.page import CHUNK
+    from qlshadow.web.views.page import CHUNK
     for n in range(60):
         make_cron(name=f"job-{n:02d}", command=f"task job-{n:02d}.sh " + "x" * 200)
     sign_in(client, viewer)
@@ -203,7 +203,7 @@ def test_the_gate_page_shows_the_gate_or_says_it_is_not_available(client, viewer
     make_cron(name="gated")
     sign_in(client, viewer)
     html = client.get("/page/gate").get_data(as_text=True)
-    if importlib.util.find_spec("qlshadow.reconcile") is None:
+    if importlib.util.find_spec("qlshadow.watch.reconcile") is None:
         assert "The gate is not available in this build." in html
     else:
         assert "Verdict:" in html and re.search(r'badge (pass|fail|insufficient)', html)
@@ -224,7 +224,7 @@ def test_the_gate_page_renders_the_documented_gate_document(client, viewer, monk
                           {"cron_id": 7, "name": "flaky", "schedule": "*/5 * * * *",
                            "expected": 12, "runs": 10, "verdict": "fail",
                            "reasons": ["missed 2 firings"]}]}
-    monkeypatch.setitem(sys.modules, "qlshadow.reconcile",
+    monkeypatch.setitem(sys.modules, "qlshadow.watch.reconcile",
                         types.SimpleNamespace(reconcile=reconcile))
     sign_in(client, viewer)
     html = client.get("/page/gate").get_data(as_text=True)

@@ -101,9 +101,9 @@ def artefacts(tmp_path, backend) -> str:
 def populated(live_server, make_settings):
     """A Shadow-on server with crons that succeed, fail, miss firings and hang, runs with
     logs (one holding markup), a manual run, and an app that may sign in."""
-    from qlshadow import db
-    from qlshadow.models import Cron
-    from qlshadow.views import create_app
+    from qlshadow.storage import db
+    from qlshadow.storage.models import Cron
+    from qlshadow.web.views import create_app
     settings = make_settings(**SHADOW_ON)
     # The box keeps China Standard Time (UTC+8): the page names it and offers UTC.
     server = live_server(**SHADOW_ON, TZ="CST-8")

@@ -9,9 +9,9 @@ import time
 
 import pytest
 
-from qlshadow import db
-from qlshadow.auth import create_app_record
-from qlshadow.models import Cron, RunningInstance, ShadowRun
+from qlshadow.storage import db
+from qlshadow.core.auth import create_app_record
+from qlshadow.storage.models import Cron, RunningInstance, ShadowRun
 from helpers import ONE_BACKEND, STATUS_PATH
 
 pytestmark = pytest.mark.shadow_on
@@ -178,7 +178,7 @@ def test_a_firing_still_within_its_grace_is_drawn_late_and_older_ones_missed(pag
 
 def test_firings_in_a_step_of_the_clock_are_drawn_as_clock_steps_not_missed(page, feed,
                                                                            make_cron):
-    from qlshadow.runtime import record_step
+    from qlshadow.core.runtime import record_step
     now = int(time.time())
     base = now // 600 * 600  # the newest firing of */10
     cron = make_cron(name="stepped", schedule="*/10 * * * *")["id"]
@@ -261,7 +261,7 @@ def test_durations_under_a_second_are_shown_as_such(page, feed, make_cron):
 
 
 def test_older_executions_are_on_further_pages(page, feed, make_cron, monkeypatch):
-    from qlshadow.views import page as page_module
+    from qlshadow.web.views import page as page_module
     monkeypatch.setattr(page_module, "RUNS_LIMIT", 3)
     now = int(time.time())
     cron = make_cron(name="paged", schedule="0 0 1 1 *")["id"]
@@ -334,7 +334,7 @@ def test_the_last_lines_of_the_latest_log_are_on_the_cron_page_escaped(app, page
 
 
 def test_a_long_log_is_read_only_from_its_end(app, page, feed, make_cron):
-    from qlshadow.overview import LOG_BYTES
+    from qlshadow.web.overview import LOG_BYTES
     cron = make_cron(name="chatty", schedule="0 0 1 1 *")["id"]
     write_log(app, "chatty/a.log", "SECRET-START " + "x" * (4 * LOG_BYTES) + "\nlast line\n")
     feed.run(cron, int(time.time()) - 60, log="chatty/a.log")

@@ -8,10 +8,11 @@ import socket
 
 import pytest
 
-from qlshadow import config, db
-from qlshadow.auth import create_app_record
-from qlshadow.models import Token
-from qlshadow.views.page import COOKIE
+from qlshadow import config
+from qlshadow.storage import db
+from qlshadow.core.auth import create_app_record
+from qlshadow.storage.models import Token
+from qlshadow.web.views.page import COOKIE
 from helpers import STATUS_PATH
 
 EVIL = "rebind.attacker.example"

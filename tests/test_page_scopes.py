@@ -9,9 +9,9 @@ from html import unescape
 
 import pytest
 
-from qlshadow import db
-from qlshadow.auth import create_app_record, issue_token
-from qlshadow.models import App
+from qlshadow.storage import db
+from qlshadow.core.auth import create_app_record, issue_token
+from qlshadow.storage.models import App
 from helpers import STATUS_PATH
 
 pytestmark = pytest.mark.shadow_on

@@ -8,8 +8,8 @@ from urllib.parse import quote
 
 import pytest
 
-from qlshadow import db
-from qlshadow.auth import create_app_record
+from qlshadow.storage import db
+from qlshadow.core.auth import create_app_record
 from helpers import STATUS_PATH
 
 FULLWIDTH_1 = "\uff11"

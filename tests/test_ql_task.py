@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from qlshadow import crontab
+from qlshadow.host import crontab
 from helpers import BACKENDS, run_cli
 from shellenv import (BASE_TOOLS, SHELL_DIR, SHELLS, SYSTEM_PATH, ToolDir, busybox_static,
                       read_logs, run_task, runs_of, shell_argv, start_module_server, wait_for,

@@ -12,8 +12,8 @@ import sqlite3
 
 import pytest
 
-from qlshadow import db
-from qlshadow.models import Cron, ShadowRun
+from qlshadow.storage import db
+from qlshadow.storage.models import Cron, ShadowRun
 from helpers import run_cli, table_rows
 
 # QingLong 2.x's Crontabs table as Sequelize creates it on SQLite.

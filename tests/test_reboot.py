@@ -7,10 +7,10 @@ import time
 
 import pytest
 
-from qlshadow import db
-from qlshadow.models import (CRON_IDLE, CRON_RUNNING, INSTANCE_FINISHED, INSTANCE_STOPPED, Cron,
-                             HostBoot, RunningInstance)
-from qlshadow.shadow.reboot import boot_id, note_boot
+from qlshadow.storage import db
+from qlshadow.storage.models import (CRON_IDLE, CRON_RUNNING, INSTANCE_FINISHED, INSTANCE_STOPPED,
+                                     Cron, HostBoot, RunningInstance)
+from qlshadow.core.shadow.reboot import boot_id, note_boot
 from helpers import cli_env, run_cli, table_rows
 from reconcile_history import fire, new_cron
 
@@ -85,7 +85,7 @@ def test_a_start_after_a_real_reboot_closes_them(client, auth, settings, open_an
 
 @pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
 def test_a_lost_run_is_neither_failed_nor_stuck_in_the_gate(client, auth, open_and_done):
-    from qlshadow.reconcile import reconcile
+    from qlshadow.watch.reconcile import reconcile
     _, running = open_and_done
     with db.connected():
         note_boot(db.database.obj, current="next-boot", now=running + 7200)
@@ -114,7 +114,7 @@ def test_the_first_boot_seen_closes_nothing(client, auth, open_and_done):
 
 @pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
 def test_health_no_longer_calls_the_cron_running_after_a_reboot(client, auth, open_and_done):
-    from qlshadow.health import read_all
+    from qlshadow.watch.health import read_all
     _, running = open_and_done
     with db.connected():
         assert read_all(running + 30)[0]["state"] == "running"

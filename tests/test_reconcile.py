@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from qlshadow import db
-from qlshadow.models import Cron
+from qlshadow.storage import db
+from qlshadow.storage.models import Cron
 from reconcile_history import (HOUR, callback, defects, fire, history, local_zone, new_cron,
                                report_of)
 
@@ -42,7 +42,7 @@ def test_a_clean_week_passes(client, auth):
     cron_id = new_cron(client, auth, "17 * * * *", since - HOUR)
     times = list(range(since + 17 * 60, end, HOUR))
     history(client, auth, cron_id, times)
-    from qlshadow.reconcile import reconcile
+    from qlshadow.watch.reconcile import reconcile
     with db.connected():
         data = reconcile(since, end, now=end + 59)
     (report,) = data["crons"]
@@ -105,8 +105,8 @@ def test_two_daemons_firing_the_same_minute_show_only_in_double(client, auth, wi
     (double,) = report["double"]
     assert double["at"] == times[7] and len(double["run_ids"]) == 2
     with db.connected():
-        from qlshadow.models import ShadowRun
-        from qlshadow.shadow.ids import request_uuid, uuid_text
+        from qlshadow.storage.models import ShadowRun
+        from qlshadow.core.shadow.ids import request_uuid, uuid_text
         stored = uuid_text(ShadowRun.get(ShadowRun.request_uuid == request_uuid(second)).id)
     assert stored in double["run_ids"]
     assert report["verdict"] == "fail"
@@ -233,7 +233,7 @@ def test_inactive_crons_are_left_out_of_the_whole_gate(client, auth, window):
     seconds = new_cron(client, auth, "0 */10 * * * *", since - HOUR, name="secs")
     assert client.put("/open/crons/disable", json=[disabled], headers=auth).status_code == 200
     history(client, auth, active, every_ten_minutes(since, end))
-    from qlshadow.reconcile import reconcile
+    from qlshadow.watch.reconcile import reconcile
     with db.connected():
         data = reconcile(since, until, now=now)
     assert [r["cron_id"] for r in data["crons"]] == [active]
@@ -242,7 +242,7 @@ def test_inactive_crons_are_left_out_of_the_whole_gate(client, auth, window):
 
 
 def test_missed_firings_beyond_the_cap_are_counted_not_listed(client, auth):
-    from qlshadow.reconcile import MAX_LISTED
+    from qlshadow.watch.reconcile import MAX_LISTED
     end = int(time.time()) // HOUR * HOUR - HOUR
     since = end - 3 * HOUR
     cron_id = new_cron(client, auth, "* * * * *", since - HOUR)
@@ -275,7 +275,7 @@ def test_a_report_over_every_cron_counts_each_cron_apart(client, auth, window):
     fire(client, auth, faulty, times[1], start=False)
     fire(client, auth, faulty, times[2], finish=False)
     callback(client, auth, faulty, 0, times[4] + 200, 4242)
-    from qlshadow.reconcile import reconcile
+    from qlshadow.watch.reconcile import reconcile
     with db.connected():
         data = reconcile(since, until, now=now)
     reports = {r["cron_id"]: r for r in data["crons"]}

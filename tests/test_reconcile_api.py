@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from qlshadow import db
-from qlshadow.auth import create_app_record
+from qlshadow.storage import db
+from qlshadow.core.auth import create_app_record
 from helpers import cli_env, run_cli
 from reconcile_history import HOUR, fire, history, new_cron
 

@@ -14,13 +14,13 @@ import threading
 
 import pytest
 
-from qlshadow import db, retention
-from qlshadow.auth import TOKENS_KEPT_PER_APP, issue_token, system_token
-from qlshadow.legacy import apply_status_callback, parse_status_callback
-from qlshadow.models import App, RunningInstance, ShadowRun, Token
-from qlshadow.shadow import run_state
-from qlshadow.shadow.ids import run_id
-from qlshadow.shadow.writer import observe
+from qlshadow.storage import db, retention
+from qlshadow.core.auth import TOKENS_KEPT_PER_APP, issue_token, system_token
+from qlshadow.core.legacy import apply_status_callback, parse_status_callback
+from qlshadow.storage.models import App, RunningInstance, ShadowRun, Token
+from qlshadow.core.shadow import run_state
+from qlshadow.core.shadow.ids import run_id
+from qlshadow.core.shadow.writer import observe
 from helpers import ROOT, SHADOW_ON, cli_env, http, run_cli
 
 pytestmark = pytest.mark.shadow_on
@@ -268,7 +268,7 @@ def test_issuing_tokens_keeps_only_the_newest_per_app(settings):
         app_id = App.get(App.name == "system").id
         issued = [issue_token(app_id, NOW + n)[0] for n in range(TOKENS_KEPT_PER_APP + 5)]
         stored = Token.select().where(Token.app == app_id).count()
-        from qlshadow.auth import token_scopes
+        from qlshadow.core.auth import token_scopes
         valid = [token_scopes(value, NOW + 100) is not None for value in issued]
 
     assert stored == TOKENS_KEPT_PER_APP

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from qlshadow.schedule import ScheduleError, check_schedule, crontab_fields
+from qlshadow.core.schedule import ScheduleError, check_schedule, crontab_fields
 
 
 @pytest.mark.parametrize("schedule, fields", [

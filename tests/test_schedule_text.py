@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from qlshadow.overview import describe_schedule
+from qlshadow.web.overview import describe_schedule
 
 
 @pytest.mark.parametrize("schedule, words", [

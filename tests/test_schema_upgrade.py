@@ -1,4 +1,4 @@
-"""The versioned schema (app/schema.py): every step from a database of the release before
+"""The versioned schema (app/storage/schema.py): every step from a database of the release before
 it, on SQLite and PostgreSQL, with its rows kept; a fresh database stamped at the latest
 version; start-up a no-op when current; a newer version refused; concurrent start-ups;
 a failed step leaving the database at the version before it."""
@@ -11,11 +11,11 @@ import sys
 import pytest
 from peewee import TextField
 
-from qlshadow import db, schema
-from qlshadow.legacy import apply_status_callback, parse_status_callback
-from qlshadow.models import App, Cron, RunningInstance, ShadowFailure, ShadowRun, Token
-from qlshadow.shadow import reader
-from qlshadow.shadow.writer import observe
+from qlshadow.storage import db, schema
+from qlshadow.core.legacy import apply_status_callback, parse_status_callback
+from qlshadow.storage.models import App, Cron, RunningInstance, ShadowFailure, ShadowRun, Token
+from qlshadow.core.shadow import reader
+from qlshadow.core.shadow.writer import observe
 from helpers import ROOT, cli_env, run_cli
 from old_schema import (RequestKeyedRun, database_at, insert_runs, logical_runs, old_key, old_run,
                         old_select, release_before_versions, request_keyed_database)
@@ -374,7 +374,7 @@ def test_a_database_newer_than_the_code_is_refused_with_one_line(make_settings):
 
 
 def test_the_server_refuses_to_start_on_a_newer_database(make_settings):
-    from qlshadow.views import create_app
+    from qlshadow.web.views import create_app
     settings = make_settings()
     database = database_at(settings.db_url, schema.LATEST)
     set_version(database, schema.LATEST + 1)
@@ -433,7 +433,8 @@ def test_steps_that_succeed_before_a_failed_one_stay_done(make_settings, monkeyp
 # The start-up's schema part (db.open_database), as `serve` and every command run it.
 START_WHEN_TOLD = """
 import os, sys, time
-from qlshadow import config, db
+from qlshadow import config
+from qlshadow.storage import db
 settings = config.load()
 while not os.path.exists(sys.argv[1]):
     time.sleep(0.01)
@@ -524,7 +525,7 @@ def test_a_step_written_with_the_helpers_adds_a_column_and_an_index_and_keeps_th
 
 def test_step_4_gives_a_version_3_database_the_alert_tables_and_its_crons_no_alert_state(
         make_settings):
-    from qlshadow.models import AlertEvent
+    from qlshadow.storage.models import AlertEvent
     settings = make_settings()
     database = database_at(settings.db_url, 3)
     fill_every_table(database)

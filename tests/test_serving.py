@@ -1,4 +1,4 @@
-"""How `serve` runs waitress (app/serving.py), over real sockets in processes of their own.
+"""How `serve` runs waitress (app/web/serving.py), over real sockets in processes of their own.
 
 A small WSGI app runs under serving.make_server on a free loopback port (stopped by its
 PID): worker threads, the callback lane, errors, pipelining, a client that stops reading.
@@ -22,7 +22,7 @@ from helpers import Serve, clean_env, http, run_cli
 
 TOY_APP = r'''
 import sys, threading, time
-from qlshadow import serving
+from qlshadow.web import serving
 
 BIG = 20 * 1024 * 1024  # above waitress's 16 MiB high watermark, where a worker waits
 callback_answered = threading.Event()
@@ -161,7 +161,7 @@ def test_without_a_lane_callbacks_overlap_in_the_toy_app(toy_server):
 
 
 def test_the_loop_lane_runs_only_on_the_waitress_versions_it_was_tested_with():
-    from qlshadow.serving import waitress_untested
+    from qlshadow.web.serving import waitress_untested
 
     assert waitress_untested() is None  # the installed one
     assert [waitress_untested(v) for v in ("3.0.2", "3.0.9")] == [None] * 2

@@ -8,11 +8,11 @@ import os
 
 import pytest
 
-from qlshadow import db
-from qlshadow.auth import create_app_record, sha256_hex
-from qlshadow.models import App, Token
-from qlshadow.ratelimit import LIMIT, FailureLimiter, client_key
-from qlshadow.views.page import COOKIE
+from qlshadow.storage import db
+from qlshadow.core.auth import create_app_record, sha256_hex
+from qlshadow.storage.models import App, Token
+from qlshadow.web.ratelimit import LIMIT, FailureLimiter, client_key
+from qlshadow.web.views.page import COOKIE
 
 SAME = {"Origin": "http://localhost"}
 

@@ -11,9 +11,9 @@ from operator import itemgetter
 
 import pytest
 
-from qlshadow import db
-from qlshadow.models import ShadowRun
-from qlshadow.shadow.reader import logical_row
+from qlshadow.storage import db
+from qlshadow.storage.models import ShadowRun
+from qlshadow.core.shadow.reader import logical_row
 from helpers import SHADOW_ON, http
 
 THREADS = 16

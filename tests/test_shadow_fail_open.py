@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import pytest
 
-from qlshadow import db
-from qlshadow.models import ShadowFailure, ShadowRun
-from qlshadow.shadow.reader import logical_row
+from qlshadow.storage import db
+from qlshadow.storage.models import ShadowFailure, ShadowRun
+from qlshadow.core.shadow.reader import logical_row
 from helpers import SHADOW_ON, STATUS_PATH, legacy_rows, play
 
 EXECUTION_ID = "legacy-system:1764460800:3f2b8c1e-9d4a-4e6b-8f1a-2c3d4e5f6a7b"

@@ -6,7 +6,8 @@ import hashlib
 
 import pytest
 
-from qlshadow.shadow.ids import attempt_id, parse_execution_id, revision_doc, run_id, task_revision
+from qlshadow.core.shadow.ids import (attempt_id, parse_execution_id, revision_doc, run_id,
+                                      task_revision)
 from helpers import SHADOW_ON
 
 VECTOR_ID = "legacy-system:1764460800:3f2b8c1e-9d4a-4e6b-8f1a-2c3d4e5f6a7b"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from qlshadow.models import ShadowFailure, ShadowRun
+from qlshadow.storage.models import ShadowFailure, ShadowRun
 from helpers import SHADOW_ON, STATUS_PATH, legacy_rows
 
 UUID = "3f2b8c1e-9d4a-4e6b-8f1a-2c3d4e5f6a7b"

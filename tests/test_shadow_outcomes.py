@@ -10,9 +10,9 @@ from operator import itemgetter
 
 import pytest
 
-from qlshadow import db
-from qlshadow.models import ShadowFailure, ShadowRun
-from qlshadow.shadow.reader import logical_row
+from qlshadow.storage import db
+from qlshadow.storage.models import ShadowFailure, ShadowRun
+from qlshadow.core.shadow.reader import logical_row
 from helpers import STATUS_PATH, legacy_rows, play
 
 pytestmark = pytest.mark.shadow_on

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from qlshadow import db
-from qlshadow.auth import create_app_record
+from qlshadow.storage import db
+from qlshadow.core.auth import create_app_record
 from helpers import SHADOW_ON, STATUS_PATH, run_cli
 
 pytestmark = pytest.mark.shadow_on

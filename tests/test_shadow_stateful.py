@@ -12,9 +12,9 @@ from hypothesis import HealthCheck, settings, strategies as st
 from hypothesis.stateful import (RuleBasedStateMachine, initialize, invariant, precondition,
                                  rule, run_state_machine_as_test)
 
-from qlshadow import db
-from qlshadow.models import Cron, RunningInstance, ShadowFailure, ShadowRun
-from qlshadow.shadow.reader import logical_row
+from qlshadow.storage import db
+from qlshadow.storage.models import Cron, RunningInstance, ShadowFailure, ShadowRun
+from qlshadow.core.shadow.reader import logical_row
 from helpers import SHADOW_ON, STATUS_PATH
 
 EXECUTIONS = [f"legacy-system:{1764460800 + 60 * n}:{n:08x}-9d4a-4e6b-8f1a-2c3d4e5f6a7b"

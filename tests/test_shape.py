@@ -55,7 +55,7 @@ def test_the_wheel_installs_the_import_package_qlshadow_and_no_top_level_app(tmp
     tops = {name.split("/")[0] for name in zipfile.ZipFile(wheel).namelist()}
     assert "qlshadow" in tops
     assert "app" not in tops
-    assert "qlshadow/cli.py" in zipfile.ZipFile(wheel).namelist()
+    assert "qlshadow/cli/__init__.py" in zipfile.ZipFile(wheel).namelist()
 
 
 def test_python_dash_m_qlshadow_cli_answers_help_from_any_directory(tmp_path):
@@ -68,7 +68,7 @@ def test_python_dash_m_qlshadow_cli_answers_help_from_any_directory(tmp_path):
 def test_no_module_outside_views_imports_flask_or_werkzeug():
     offenders = []
     for name, (path, tree) in _modules().items():
-        if name.startswith("qlshadow.views"):
+        if name.startswith("qlshadow.web.views"):
             continue
         web = {m for m in _imports(name, path, tree) if m.split(".")[0] in ("flask", "werkzeug")}
         if web:
@@ -80,7 +80,7 @@ def test_no_module_outside_views_imports_flask_or_werkzeug():
 def test_no_module_outside_views_mentions_an_http_status(status):
     offenders = []
     for name, (path, _) in _modules().items():
-        if name.startswith("qlshadow.views"):
+        if name.startswith("qlshadow.web.views"):
             continue
         with open(path, encoding="utf-8") as fh:
             for number, line in enumerate(fh, 1):
@@ -131,9 +131,9 @@ def test_every_open_route_but_the_token_exchange_declares_its_scope(app):
 def test_the_status_callback_accepts_a_crons_or_a_status_token(client):
     import time
 
-    from qlshadow import db
-    from qlshadow.auth import create_app_record, issue_token
-    from qlshadow.models import App
+    from qlshadow.storage import db
+    from qlshadow.core.auth import create_app_record, issue_token
+    from qlshadow.storage.models import App
 
     def token_with(scope: str) -> dict:
         with db.database.connection_context(), db.write_transaction():
@@ -181,9 +181,9 @@ def test_the_integer_parser_takes_ints_and_ascii_digits_only():
 _IDLE_SERVER = r"""
 import json, sys, uuid
 from qlshadow import config
-from qlshadow.auth import system_token
-from qlshadow.views import create_app
-from qlshadow import db
+from qlshadow.core.auth import system_token
+from qlshadow.web.views import create_app
+from qlshadow.storage import db
 app = create_app(config.load())
 with db.database.connection_context(), db.write_transaction():
     token = system_token(app.extensions["qlshadow"].token_file)["value"]
@@ -216,16 +216,17 @@ def test_a_server_answering_callbacks_and_health_loads_nothing_for_pages_and_rea
     # No translation catalog: callbacks and /health say nothing in a language.
     assert json.loads(result.stdout.splitlines()[-1]) == []
 
-    unneeded = {"qlshadow.overview", "qlshadow.health", "qlshadow.shadow.reader",
-                "qlshadow.reconcile", "qlshadow.alerts", "qlshadow.notify", "qlshadow.logs",
-                "qlshadow.cli", "qlshadow.textout", "qlshadow.gate_report", "qlshadow.msgfmt",
+    unneeded = {"qlshadow.web.overview", "qlshadow.watch.health", "qlshadow.core.shadow.reader",
+                "qlshadow.watch.reconcile", "qlshadow.watch.alerts", "qlshadow.watch.notify",
+                "qlshadow.host.logs",
+                "qlshadow.cli", "qlshadow.cli.textout", "qlshadow.cli.gate_report", "qlshadow.msgfmt",
                 # a snapshot is restored only when one is there (the first start after a
                 # firmware upgrade); the CLI's own commands
-                "qlshadow.backup", "qlshadow.qlimport", "qlshadow.adopt"}
+                "qlshadow.storage.backup", "qlshadow.service.qlimport", "qlshadow.service.adopt"}
     if lang == "en":  # an English server never loads the translation module at all
         unneeded.add("qlshadow.i18n")
     assert loaded & unneeded == set()
-    assert ("qlshadow.shadow.writer" in loaded) == bool(shadow)
+    assert ("qlshadow.core.shadow.writer" in loaded) == bool(shadow)
 
 
 # --- scripts/: benches patch nothing and keep their programs in modules ------------------
@@ -318,7 +319,7 @@ def python_c_programs(tree: ast.AST) -> list:
 
 
 def test_the_checks_on_scripts_see_a_patch_and_a_program_in_a_string():
-    tree = ast.parse("from qlshadow import db\nimport qlshadow.metrics as m\n"
+    tree = ast.parse("from qlshadow import db\nimport qlshadow.watch.metrics as m\n"
                      "db.SQLITE_PRAGMAS = ()\nm.Counters.count_callback = None\n"
                      "setattr(db, 'x', 1)\nlocal.value = 1\n"
                      "PROGRAM = 'import sys\\nprint(sys.argv)\\n'\n"

@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from qlshadow.crontab import needs_escape, shell_word
+from qlshadow.host.crontab import needs_escape, shell_word
 from helpers import BACKENDS
 from shellenv import (SHELL_FILES, SHELL_DIR, SHELLS, ToolDir, create_cron, cron_of, fake_uuid,
                       instances_of, read_logs, run_task, runs_of, shell_argv,

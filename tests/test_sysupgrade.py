@@ -12,9 +12,10 @@ import time
 
 from operator import itemgetter
 
-from qlshadow import config, db
-from qlshadow.models import ShadowRun
-from qlshadow.shadow.reader import logical_row
+from qlshadow import config
+from qlshadow.storage import db
+from qlshadow.storage.models import ShadowRun
+from qlshadow.core.shadow.reader import logical_row
 from helpers import SHADOW_ON, LiveServer, Serve, clean_env, http, run_cli, stop_process
 
 CRON = {"name": "backup", "command": "task backup.sh", "schedule": "*/5 * * * *"}

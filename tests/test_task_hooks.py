@@ -12,8 +12,9 @@ import subprocess
 
 import pytest
 
-from qlshadow import crontab, db
-from qlshadow.crontab import shell_word
+from qlshadow.host import crontab
+from qlshadow.storage import db
+from qlshadow.host.crontab import shell_word
 from helpers import BACKENDS, http
 from shellenv import (SHELLS, SYSTEM_PATH, create_cron, instances_of, read_logs, run_task,
                       runs_of, start_module_server, wait_for, which)

@@ -7,8 +7,8 @@ import os
 
 import pytest
 
-from qlshadow import db
-from qlshadow.auth import create_app_record
+from qlshadow.storage import db
+from qlshadow.core.auth import create_app_record
 from helpers import ONE_BACKEND, STATUS_PATH
 
 pytestmark = pytest.mark.shadow_on

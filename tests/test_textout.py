@@ -1,11 +1,11 @@
-"""The CLI's one table formatter and its time and duration text (qlshadow.textout)."""
+"""The CLI's one table formatter and its time and duration text (qlshadow.cli.textout)."""
 from __future__ import annotations
 
 import time
 
 import pytest
 
-from qlshadow.textout import Column, display_width, duration, record, table, when
+from qlshadow.cli.textout import Column, display_width, duration, record, table, when
 
 RUN_ID = "01a22ef8-7ab0-7788-b517-c8063fc6e436"
 COLUMNS = [Column("run"), Column("cron", right=True), Column("name", shrink=True)]

@@ -13,10 +13,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from qlshadow import db, timefmt
-from qlshadow.auth import create_app_record
-from qlshadow.gate_report import format_report
-from qlshadow.models import Cron, RunningInstance, ShadowRun
+from qlshadow.storage import db
+from qlshadow import timefmt
+from qlshadow.core.auth import create_app_record
+from qlshadow.cli.gate_report import format_report
+from qlshadow.storage.models import Cron, RunningInstance, ShadowRun
 from helpers import STATUS_PATH, cli_env, run_cli
 
 pytestmark = pytest.mark.shadow_on
@@ -185,7 +186,7 @@ def test_the_cli_gate_past_local_time_exits_2_naming_until(settings, client, aut
 
 
 def test_the_next_firing_a_reason_names_stops_at_the_hosts_last_local_second():
-    from qlshadow.reconcile import MAX_WINDOW, next_firing
+    from qlshadow.watch.reconcile import MAX_WINDOW, next_firing
     limit = timefmt.local_limit()
 
     near = next_firing("*/5 * * * *", limit - 2 * 86400, limit + MAX_WINDOW)

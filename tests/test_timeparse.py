@@ -1,11 +1,11 @@
-"""The one parser of times and durations that every CLI option uses (qlshadow.timeparse)."""
+"""The one parser of times and durations that every CLI option uses (qlshadow.cli.timeparse)."""
 from __future__ import annotations
 
 import calendar
 
 import pytest
 
-from qlshadow.timeparse import TimeError, parse_duration, parse_time
+from qlshadow.cli.timeparse import TimeError, parse_duration, parse_time
 
 # 2026-11-30 12:34:56 UTC, a Monday; in CST-8 it is 20:34:56 the same day.
 NOW = calendar.timegm((2026, 11, 30, 12, 34, 56))

@@ -8,7 +8,7 @@ import uuid
 
 import pytest
 
-from qlshadow import db
+from qlshadow.storage import db
 
 SHADOW_ON = {"QL3_SHADOW_ORIGINS": "scheduled_system"}
 

@@ -15,7 +15,7 @@ NEEDS = ("needs the OpenWrt package python3-codecs "
          "(opkg install python3-codecs / apk add python3-codecs)")
 
 # East Asian Wide and Fullwidth blocks (Unicode's EastAsianWidth.txt, W and F), enough for
-# the CLI's column widths (app/textout.py) to count CJK cron names as two cells.
+# the CLI's column widths (app/cli/textout.py) to count CJK cron names as two cells.
 _WIDE = ((0x1100, 0x115F), (0x231A, 0x231B), (0x2E80, 0x303E), (0x3041, 0x33FF),
          (0x3400, 0x4DBF), (0x4E00, 0x9FFF), (0xA000, 0xA4CF), (0xA960, 0xA97F),
          (0xAC00, 0xD7A3), (0xF900, 0xFAFF), (0xFE10, 0xFE19), (0xFE30, 0xFE6F),

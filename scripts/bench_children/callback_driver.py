@@ -7,9 +7,11 @@ Arguments: DATA_DIR PAIRS FLIP (1: every finish changes the exit code).
 import json
 import sys
 import time
-from qlshadow import callback, config, db
-from qlshadow.models import Cron
-from qlshadow.runtime import Runtime
+from qlshadow.core import callback
+from qlshadow import config
+from qlshadow.storage import db
+from qlshadow.storage.models import Cron
+from qlshadow.core.runtime import Runtime
 
 base, pairs, flip = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1"
 settings = config.load(environ={"QL_DATA_DIR": base, "QL_DB_URL": f"sqlite:///{base}/q.db",

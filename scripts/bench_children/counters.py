@@ -2,7 +2,7 @@
 loop; prints microseconds per callback.
 """
 import time
-from qlshadow import metrics
+from qlshadow.watch import metrics
 counters = metrics.Counters()
 n = 200000
 t = time.process_time()

@@ -6,15 +6,16 @@ Arguments: CRONS RUNS OLD_RUNS; the QL_* environment names the database.
 import itertools
 import sys
 import time
-from qlshadow import config, db
-from qlshadow.models import Cron
-from qlshadow.shadow.ids import attempt_id, revision_doc, run_id, task_revision
+from qlshadow import config
+from qlshadow.storage import db
+from qlshadow.storage.models import Cron
+from qlshadow.core.shadow.ids import attempt_id, revision_doc, run_id, task_revision
 crons, runs, old = map(int, sys.argv[1:4])
 database, _ = db.open_database(config.load())
 with database.connection_context():
     slim = "request_uuid" in {c.name for c in database.get_columns("shadow_runs")}
 if slim:
-    from qlshadow.schema import MOVED as COLUMNS, _slim as stored
+    from qlshadow.storage.schema import MOVED as COLUMNS, _slim as stored
 else:  # a tree from before the slim Run (--baseline): every logical field
     COLUMNS = ("accepted_at", "id", "request_id", "cron_id", "task_revision", "origin",
                "state", "pid", "log_path", "started_at", "finished_at", "exit_code", "events",

@@ -12,7 +12,8 @@ import os
 import sqlite3
 import sys
 
-from qlshadow import config, serving
+from qlshadow import config
+from qlshadow.web import serving
 
 PRAGMAS = ("wal_autocheckpoint", "cache_size", "page_size", "journal_size_limit", "synchronous")
 NO_RETENTION = {"retention_days": 0, "retention_rows_per_cron": 0, "retention_logs_per_cron": 0,

@@ -5,7 +5,9 @@ Argument: the config file.
 """
 import sys
 import time
-from qlshadow import alerts, config, db, health, notify, reconcile  # noqa: F401
+from qlshadow.watch import alerts, health, notify, reconcile  # noqa: F401
+from qlshadow import config
+from qlshadow.storage import db  # noqa: F401
 import cronsim  # noqa: F401
 began = time.process_time()
 settings = config.load(environ={}, config_file=sys.argv[1])

@@ -2,7 +2,7 @@
 path tricks do not bypass auth, and no token or secret ever reaches the server's log.
 
 Tokens are looked up by their SHA-256 digest and the digest is compared with
-hmac.compare_digest (app/views/__init__.py, app/auth.py); the tests below check the
+hmac.compare_digest (app/web/views/__init__.py, app/core/auth.py); the tests below check the
 behaviour, never timing.
 """
 from __future__ import annotations
@@ -16,8 +16,8 @@ import time
 
 import pytest
 
-from qlshadow import db
-from qlshadow.auth import create_app_record, issue_token
+from qlshadow.storage import db
+from qlshadow.core.auth import create_app_record, issue_token
 from helpers import ONE_BACKEND, http, run_cli
 from invariants import Inspector
 
@@ -42,7 +42,7 @@ def attack_header(name: str, token: str) -> dict:
     def scoped_token(scopes, age):
         with db.database.connection_context(), db.write_transaction():
             create_app_record(f"app-{secrets.token_hex(4)}", scopes)
-            from qlshadow.models import App
+            from qlshadow.storage.models import App
             app_id = App.select(App.id).order_by(App.id.desc()).scalar()
             return issue_token(app_id, int(time.time()) - age)[0]
 

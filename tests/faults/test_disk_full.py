@@ -177,8 +177,8 @@ def test_a_rekey_on_a_full_partition_changes_nothing_and_runs_once_there_is_room
         small_tmpfs, tmp_path, backend, figures):
     # A database of the release that keyed Runs by (project_id, idempotency_key), on a
     # partition with no room left for the copy that re-keying it needs.
-    from qlshadow import db
-    from qlshadow.models import Cron
+    from qlshadow.storage import db
+    from qlshadow.storage.models import Cron
     from old_schema import RequestKeyedRun, old_run, request_keyed_database
     db_url = f"sqlite:///{small_tmpfs}/qlshadow.db"
     database = request_keyed_database(db_url)

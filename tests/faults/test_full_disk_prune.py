@@ -11,10 +11,11 @@ import uuid
 
 import pytest
 
-from qlshadow import config, db
-from qlshadow.auth import create_app_record, system_token
-from qlshadow.retention import RESERVE_BYTES, RESERVE_NAME
-from qlshadow.views import create_app
+from qlshadow import config
+from qlshadow.storage import db
+from qlshadow.core.auth import create_app_record, system_token
+from qlshadow.storage.retention import RESERVE_BYTES, RESERVE_NAME
+from qlshadow.web.views import create_app
 from helpers import ROOT, STATUS_PATH
 from invariants import Inspector
 

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from qlshadow.shadow.ids import parse_execution_id
+from qlshadow.core.shadow.ids import parse_execution_id
 from invariants import Inspector
 
 from .helpers import execution_id

@@ -1,4 +1,4 @@
-"""Group commit (app/group_commit.py) on a disk that can be slowed or broken on command.
+"""Group commit (app/storage/group_commit.py) on a disk that can be slowed or broken on command.
 
 The data dir is on LazyFS (tests/lazyfs.py), which holds the WAL's fsyncs back or fails
 them when told. With its fsyncs held, a callback whose commit is not yet on disk must not

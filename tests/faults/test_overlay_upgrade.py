@@ -44,9 +44,9 @@ def _db_init(env: dict) -> subprocess.CompletedProcess:
 
 def _version_1_database(db_url: str) -> None:
     """20,000 Runs of 20 crons, one a minute each, as version 1 stored them."""
-    from qlshadow import db
-    from qlshadow.models import Cron
-    from qlshadow.schema import RunV1
+    from qlshadow.storage import db
+    from qlshadow.storage.models import Cron
+    from qlshadow.storage.schema import RunV1
     from old_schema import database_at, old_run
     database = database_at(db_url, 1)
     with database.connection_context():

@@ -132,7 +132,7 @@ def test_lazyfs_carries_sqlite_in_wal_mode_and_loses_only_unsynced_commits(lazyf
 _FORK_SERVER = """
 import os, sys
 import flask, waitress
-import qlshadow.cli, qlshadow.views
+import qlshadow.cli, qlshadow.web.views
 for line in sys.stdin:
     command, _, arg = line.strip().partition(" ")
     if command == "start":

@@ -1,0 +1,911 @@
+"""The qlshadow command: serve, db init, app, token, cron, crontab, runs, log, reconcile,
+prune, backup, notify, accept-failures, import, adopt.
+
+Every command prints one clear line on stderr and exits non-zero when it fails. Data
+commands print a table for people (times in the box's local time, --utc for UTC) and
+--json for scripts; commands that change something say what they did in one line.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+
+from peewee import DatabaseError, IntegrityError, InterfaceError
+
+from qlshadow import __version__, config
+from qlshadow.service import crons
+from qlshadow.host import crontab
+from qlshadow.storage import db
+from qlshadow.core.auth import (RUNNER_APP, RUNNER_TOKEN_FILE, SYSTEM_APP, create_app_record,
+                                ensure_system_app, runner_token, system_token)
+from qlshadow.errors import QlError
+from qlshadow.parse import INT64_MAX, parse_ids, to_int
+from qlshadow.host.runner import start_manual
+from qlshadow.core.shadow import RUN_STATES, reader
+from qlshadow.cli.textout import Column, duration, record, table, terminal_width, when
+
+
+# An unexpected exception (a defect) exits with EX_SOFTWARE from sysexits.h: 1 stays the
+# command's own "no" (the gate failed, a cron is unknown), 2 a usage mistake.
+EXIT_INTERNAL = 70
+
+
+class CliError(Exception):
+    """A failure reported as one line on stderr."""
+
+
+def _settings(args, server: bool = False) -> config.Settings:
+    """The command's settings; a CLI command fills what it was not given from the server's
+    record in the data dir, so that it installs the crontab exactly where the server does."""
+    settings = config.load(config_file=args.config)
+    # Before anything is made under the data dir (the dir itself, tokens, the database):
+    # its disk may not be mounted yet.
+    from qlshadow.storage.schema import check_mounted
+    check_mounted(settings)
+    read = settings.config_file
+    if read and os.path.dirname(os.path.abspath(read)) == os.path.abspath(settings.data_dir):
+        # runner.conf or notify.conf, which task.sh and the crontab's notify line name: ours,
+        # and kept 0600.
+        from qlshadow.files import make_private
+        make_private(read)
+    if server:
+        return settings
+    adopted = crontab.settings_to_adopt(settings)
+    if not adopted:
+        return settings
+    return config.load(environ={**os.environ, **adopted}, config_file=args.config)
+
+
+def _open(args, create: bool = True):
+    """(settings, database) for a command; read-only commands pass create=False."""
+    settings = _settings(args)
+    database, _ = db.open_database(settings, create=create)
+    return settings, database
+
+
+def _print_json(data) -> None:
+    print(json.dumps(data, indent=2, ensure_ascii=False))
+
+
+def cmd_serve(args) -> int:
+    # Flask and waitress load only for serve: the other commands (a task's token refresh
+    # among them) start faster and smaller without them.
+    from qlshadow.core.runtime import watch_clock
+    from qlshadow.web.serving import serve
+    settings = _settings(args, server=True)
+    watch_clock()  # clock steps, for the gate and health (runtime.py)
+    return serve(settings)
+
+
+def cmd_db_init(args) -> int:
+    settings = _settings(args)
+    database, journal = db.open_database(settings)
+    with database.connection_context(), db.write_transaction():
+        ensure_system_app()
+    print(f"database ready: {db.describe(database)}" + (f" ({journal})" if journal else ""))
+    return 0
+
+
+def cmd_app_create(args) -> int:
+    if args.name in (SYSTEM_APP, RUNNER_APP):
+        raise CliError(f"the app name {args.name!r} is reserved for qlshadow's own tokens")
+    _, database = _open(args)
+    scopes = sorted({s.strip() for s in args.scopes.split(",") if s.strip()})
+    try:
+        with database.connection_context(), db.write_transaction():
+            client_id, secret = create_app_record(args.name, scopes)
+    except IntegrityError:
+        raise CliError(f"an app named {args.name!r} already exists") from None
+    _print_json({"name": args.name, "client_id": client_id, "client_secret": secret,
+                 "scopes": scopes})
+    return 0
+
+
+def cmd_token_system(args) -> int:
+    settings, database = _open(args)
+    with database.connection_context(), db.write_transaction():
+        system_token(settings.token_file)
+    print(settings.token_file)
+    return 0
+
+
+def cmd_token_runner(args) -> int:
+    settings, database = _open(args)
+    with database.connection_context(), db.write_transaction():
+        runner_token(settings.data_dir)
+    print(os.path.join(settings.data_dir, RUNNER_TOKEN_FILE))
+    return 0
+
+
+def cmd_token_metrics(args) -> int:
+    """Print a new scrape token that never expires, or (--revoke) revoke every one."""
+    from qlshadow.core.auth import issue_metrics_token, revoke_metrics_tokens
+    _, database = _open(args)
+    try:
+        with database.connection_context(), db.write_transaction():
+            result = revoke_metrics_tokens() if args.revoke else issue_metrics_token()
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
+    if args.revoke:
+        print(f"revoked {result} metrics token(s); scrapes using them are refused within a minute")
+    else:
+        print(result)
+    return 0
+
+
+def _change(args, apply):
+    """Make a cron change only when the crontab that follows from it installs; one line on
+    stderr says what was installed where (stdout stays the command's JSON)."""
+    settings, database = _open(args)
+    with database.connection_context():
+        try:
+            result, outcome = crontab.change(settings, lambda planned: apply(settings, planned))
+        except crontab.CrontabError as exc:
+            raise CliError(f"the cron change was not made: {exc}") from None
+    print(f"qlshadow: crontab: {outcome}", file=sys.stderr)
+    return result
+
+
+def _read(args, fn, *fn_args):
+    """Run fn over a connection, creating nothing and taking no write lock."""
+    _, database = _open(args, create=False)
+    with database.connection_context():
+        return fn(*fn_args)
+
+
+def _existing(ids: list, change):
+    """Apply change to ids after checking every one exists (the CLI names a missing id)."""
+    def apply(*rest):
+        crons.require(ids)
+        return change(ids, *rest)
+    return apply
+
+
+# Cron.status codes as words; a disabled cron says so whatever its last status was.
+CRON_STATES = {0: "running", 1: "idle", 2: "disabled", 3: "queued"}
+
+
+def _cron_state(cron: dict) -> str:
+    if cron["isDisabled"]:
+        return "disabled"
+    return CRON_STATES.get(cron["status"], str(cron["status"]))
+
+
+def _cron_names(cron_ids) -> dict:
+    """{cron id: name} of the crons with these ids, as stored now."""
+    from qlshadow.storage.models import Cron
+    wanted = list(set(cron_ids))
+    if not wanted:
+        return {}
+    return dict(Cron.select(Cron.id, Cron.name).where(Cron.id.in_(wanted)).tuples())
+
+
+def _named(ids) -> str:
+    """'cron 1 (backup), cron 2 (sync)' for these ids."""
+    names = _cron_names(ids)
+    return ", ".join(f"cron {i} ({names[i]})" if i in names else f"cron {i}" for i in ids)
+
+
+def _cron_table(listed: list, utc: bool) -> str:
+    columns = [Column("id", right=True), Column("name", shrink=True), Column("schedule"),
+               Column("state"), Column("last run"), Column("took", right=True),
+               Column("command", shrink=True)]
+    rows = [[c["id"], c["name"], c["schedule"], _cron_state(c),
+             when(c["last_execution_time"], utc) if c["last_execution_time"] else None,
+             duration(c["last_running_time"]) if c["last_execution_time"] else None,
+             c["command"]] for c in listed]
+    return table(columns, rows, terminal_width())
+
+
+def _cron_record(c: dict, utc: bool) -> str:
+    extra = ", ".join(e["schedule"] for e in c["extra_schedules"] or [])
+    last = c["last_execution_time"]
+    return record([
+        ("id", c["id"]), ("name", c["name"]), ("command", c["command"]),
+        ("schedule", c["schedule"] + (f" (also {extra})" if extra else "")),
+        ("state", _cron_state(c)), ("last run", when(last, utc) if last else None),
+        ("took", duration(c["last_running_time"]) if last else None),
+        ("pid", c["pid"]), ("log", c["log_path"]), ("work_dir", c["work_dir"]),
+        ("task_before", c["task_before"]), ("task_after", c["task_after"]),
+        ("log_name", c["log_name"]),
+        ("instances", "several at once" if c["allow_multiple_instances"] else "one at a time"),
+        ("created", when(c["createdAt"], utc)), ("updated", when(c["updatedAt"], utc)),
+    ]) + f"its latest log: qlshadow log --cron {c['id']}\n"
+
+
+def cmd_cron(args) -> int:
+    """cron add|list|show|rm|enable|disable|run: one line saying what was done, or the data."""
+    if args.cron_cmd == "add":
+        data = {"name": args.name or args.command, "command": args.command,
+                "schedule": args.schedule}
+        cron = _change(args, lambda settings, planned: crons.create(
+            data, settings, planned and planned["id"]))
+        if args.json:
+            _print_json(cron)
+        else:
+            print(f"added cron {cron['id']} ({cron['name']}) at {cron['schedule']}")
+    elif args.cron_cmd == "list":
+        listed = _read(args, crons.listing, 1, 10**6)["data"]
+        if args.json:
+            _print_json(listed)
+        elif not listed:
+            print("no crons yet: add one with `qlshadow cron add SCHEDULE COMMAND`")
+        else:
+            sys.stdout.write(_cron_table(listed, args.utc))
+    elif args.cron_cmd == "show":
+        cron = _read(args, crons.get, args.id)
+        if args.json:
+            _print_json(cron)
+        else:
+            sys.stdout.write(_cron_record(cron, args.utc))
+    elif args.cron_cmd in ("rm", "enable", "disable"):
+        def change(ids):
+            named = _named(ids)  # read before the rows go
+            if args.cron_cmd == "rm":
+                crons.delete(ids)
+            else:
+                crons.set_disabled(ids, args.cron_cmd == "disable")
+            return named
+        ids = parse_ids(args.ids, "ID")
+        named = _change(args, lambda settings, planned: _existing(ids, change)())
+        print({"rm": "deleted", "enable": "enabled", "disable": "disabled"}[args.cron_cmd], named)
+    elif args.cron_cmd == "run":
+        # Starts a detached run outside any transaction (it only reads the cron).
+        settings, database = _open(args, create=False)
+        with database.connection_context():
+            started = start_manual(settings, [args.id])
+            named = _named(started)
+        if args.json:
+            _print_json(started)
+        else:
+            # task.sh names the file when it starts: the log command finds it then.
+            print(f"started {named} as a manual run; its log: qlshadow log --cron {args.id} -f")
+    return 0
+
+
+def cmd_crontab(args) -> int:
+    if args.remove:
+        # No database needed: the block is found by its markers (the package's removal
+        # scripts run this after the service has stopped).
+        try:
+            print(crontab.remove(_settings(args)))
+        except crontab.CrontabError as exc:
+            raise CliError(f"crontab block not removed: {exc}") from None
+        return 0
+    settings, database = _open(args, create=False)
+    if args.print:
+        with database.connection_context():
+            sys.stdout.write(crontab.render(settings))
+        return 0
+    try:
+        print(crontab.sync(settings))
+    except crontab.CrontabError as exc:
+        raise CliError(f"crontab not installed: {exc}") from None
+    return 0
+
+
+def cmd_import(args) -> int:
+    """import qinglong PATH: QingLong's crons with their ids (qlimport.py); 1 if any refused."""
+    from qlshadow.service import qlimport
+    settings = _settings(args)
+    _, source = qlimport.load(args.path)
+    path = config.sqlite_file(settings.db_url)
+    fresh = path is not None and not os.path.isfile(path)
+    if args.dry_run and fresh:  # nothing to read, and a dry run creates nothing
+        entries = qlimport.plan(settings, source, existing=False)
+    else:
+        database, _ = db.open_database(settings, create=not args.dry_run)
+        with database.connection_context():
+            entries = qlimport.plan(settings, source)
+            if not args.dry_run and qlimport.pending(entries):
+                try:
+                    entries, outcome = crontab.change(
+                        settings, lambda planned: qlimport.apply(settings, source, planned))
+                except crontab.CrontabError as exc:
+                    raise CliError(f"nothing was imported: {exc}") from None
+                print(f"qlshadow: crontab: {outcome}", file=sys.stderr)
+    sys.stdout.write(qlimport.report(entries, args.dry_run))
+    return 1 if any(e["outcome"] == qlimport.REFUSED for e in entries) else 0
+
+
+def cmd_adopt(args) -> int:
+    """adopt: list the crontab's own lines; adopt N...: make crons of them (app/service/adopt.py)."""
+    from qlshadow.service import adopt
+    settings = _settings(args)  # listing reads only the crontab, not the database
+    try:
+        listed = adopt.listing(settings)
+        if not args.lines:
+            columns = [Column("line", right=True), Column("schedule"), Column("command", shrink=True),
+                       Column("adoptable", shrink=True)]
+            rows = [[line.number, line.schedule, line.command or line.text,
+                     "not: " + line.problem if line.problem else "yes"] for line in listed]
+            if not listed:
+                print("no lines of the crontab outside qlshadow's block")
+            else:
+                sys.stdout.write(table(columns, rows, terminal_width()))
+            return 0
+        lines = adopt.chosen(listed, args.lines)
+        database, _ = db.open_database(settings, create=True)
+        with database.connection_context():
+            adopted, outcome = adopt.adopt(settings, lines, args.name)
+    except crontab.CrontabError as exc:
+        raise CliError(f"nothing was adopted: {exc}") from None
+    print(f"qlshadow: crontab: {outcome}", file=sys.stderr)
+    columns = [Column("line", right=True), Column("id", right=True), Column("name", shrink=True),
+               Column("schedule"), Column("command", shrink=True)]
+    sys.stdout.write(table(columns, [[line.number, cron["id"], cron["name"], cron["schedule"],
+                                      cron["command"]] for line, cron in adopted],
+                           terminal_width()))
+    return 0
+
+
+# RunningInstance.status codes as words (3: exited with a non-zero code), in code order.
+INSTANCE_STATES = ("running", "finished", "stopped", "failed")
+
+
+def _took(start, end) -> str | None:
+    return duration(end - start) if start is not None and end is not None else None
+
+
+def _runs_table(listed: list, names: dict, utc: bool) -> str:
+    columns = [Column("run"), Column("cron", right=True), Column("name", shrink=True),
+               Column("started"), Column("state"), Column("exit", right=True),
+               Column("took", right=True)]
+    rows = [[r["id"], r["cron_id"], names.get(r["cron_id"]), when(r["accepted_at"], utc),
+             r["state"], r["exit_code"],
+             _took(r["attempt"]["started_at"] or r["accepted_at"], r["finished_at"])]
+            for r in listed]
+    return table(columns, rows, terminal_width())
+
+
+def _instance_state(code: int) -> str:
+    return INSTANCE_STATES[code] if 0 <= code < len(INSTANCE_STATES) else str(code)
+
+
+def _instances_table(listed: list, names: dict, utc: bool) -> str:
+    columns = [Column("instance", right=True), Column("cron", right=True),
+               Column("name", shrink=True), Column("started"), Column("state"),
+               Column("exit", right=True), Column("took", right=True)]
+    rows = [[r["id"], r["cron_id"], names.get(r["cron_id"]), when(r["started_at"], utc),
+             _instance_state(r["status"]), r["exit_code"], _took(r["started_at"], r["finished_at"])]
+            for r in listed]
+    return table(columns, rows, terminal_width())
+
+
+def cmd_runs(args) -> int:
+    """Executions newest first: Shadow Runs when Shadow is on, else (or --legacy) instances."""
+    settings = _settings(args)
+    legacy = args.legacy or not settings.shadow_on
+    states = INSTANCE_STATES if legacy else RUN_STATES
+    kind = "Legacy instances" if legacy else "Shadow Runs"
+    if args.state is not None and args.state not in states:
+        raise CliError(f"--state {args.state!r} is not a state of {kind}; use one of "
+                       + ", ".join(states))
+    if args.before is not None:
+        if legacy and to_int(args.before, 1, INT64_MAX) is None:
+            raise CliError("--before takes an instance id (a number) when instances are listed")
+        if not legacy and not reader.UUID_TEXT.fullmatch(args.before):
+            raise CliError("--before takes a run id (a lowercase UUID) when Runs are listed")
+    _, database = _open(args, create=False)
+    with database.connection_context():
+        if legacy:
+            state = "failed" if args.failed else args.state
+            listed = crons.list_instances(
+                args.cron, None if state is None else INSTANCE_STATES.index(state), args.limit,
+                None if args.before is None else int(args.before), args.since, args.until)
+        else:
+            listed = reader.list_runs(args.cron, args.state, args.limit, args.before,
+                                      since=args.since, until=args.until, failed=args.failed)
+        names = {} if args.json else _cron_names(r["cron_id"] for r in listed)
+    if args.json:
+        _print_json(listed)
+        return 0
+    if not listed:
+        hint = "" if legacy else " (manual runs are Legacy instances only: add --legacy)"
+        print(f"no {'failed ' if args.failed else ''}{kind} match{hint}")
+        return 0
+    sys.stdout.write((_instances_table if legacy else _runs_table)(listed, names, args.utc))
+    if len(listed) == args.limit:
+        print(f"more: add --before {listed[-1]['id']}")
+    return 0
+
+
+def cmd_accept_failures(args) -> int:
+    """Shadow admissions that were refused or failed (failed jobs are `runs --failed`)."""
+    if args.command == "failures":
+        print("qlshadow: 'failures' is the old name of 'accept-failures'", file=sys.stderr)
+    listed = _read(args, reader.list_failures, args.limit, args.before)
+    if args.json:
+        _print_json(listed)
+    elif not listed:
+        print("no Shadow accept failures (failed jobs: qlshadow runs --failed)")
+    else:
+        columns = [Column("id", right=True), Column("at"), Column("reason"),
+                   Column("cron", right=True), Column("detail", shrink=True)]
+        rows = [[f["id"], when(f["at"], args.utc), f["reason"], f["cron_id"], f["detail"]]
+                for f in listed]
+        sys.stdout.write(table(columns, rows, terminal_width()))
+    return 0
+
+
+def _log_source(args) -> tuple:
+    """(what, stored log path, finished() -> bool) of the execution the options name."""
+    from qlshadow.storage.models import Cron, RunningInstance, ShadowRun
+    if args.run_id is not None:
+        run = reader.get_run(args.run_id) if reader.UUID_TEXT.fullmatch(args.run_id) else None
+        if run is None:
+            raise CliError(f"Run {args.run_id} does not exist")
+        key = (ShadowRun.accepted_at == run["accepted_at"]) & (ShadowRun.id == run["id"])
+
+        def run_finished() -> bool:
+            row = ShadowRun.select(ShadowRun.finished_at).where(key).tuples().get_or_none()
+            return row is None or row[0] is not None
+        return f"Run {run['id']}", run["attempt"]["log_path"], run_finished
+    if args.instance is not None:
+        instance = RunningInstance.get_or_none(RunningInstance.id == args.instance)
+        if instance is None:
+            raise CliError(f"instance {args.instance} does not exist")
+    else:
+        crons.get(args.cron)
+        instance = (RunningInstance.select().where(RunningInstance.cron == args.cron)
+                    .order_by(RunningInstance.id.desc()).first())
+        if instance is None:  # its instances were pruned: the cron keeps its last log path
+            return f"cron {args.cron}", Cron.get_by_id(args.cron).log_path, lambda: True
+    instance_id = instance.id
+
+    def instance_finished() -> bool:
+        row = (RunningInstance.select(RunningInstance.status)
+               .where(RunningInstance.id == instance_id).tuples().get_or_none())
+        return row is None or row[0] != 0
+    return f"instance {instance_id}", instance.log_path, instance_finished
+
+
+# Seconds between two looks at a followed log and its execution's state.
+FOLLOW_POLL = 0.5
+
+
+def cmd_log(args) -> int:
+    """The last lines of an execution's task log; with -f, what it writes until it finishes."""
+    import time
+
+    from qlshadow.host import logs
+    settings, database = _open(args, create=False)
+    with database.connection_context():
+        what, stored, finished = _log_source(args)
+        if not stored:
+            raise CliError(f"{what} has no log: its callbacks named none")
+        try:
+            fh = logs.open_log(settings.log_dir, stored)
+        except logs.LogUnavailable as exc:
+            raise CliError(f"{what}: {exc}") from None
+        with fh:
+            text, offset = logs.tail_lines(fh, args.lines)
+            out = sys.stdout.buffer
+            out.write(text)
+            out.flush()
+            if not args.follow:
+                return 0
+            # It ends at the first look after the execution finished that finds nothing new:
+            # task.sh writes its last line before the idle callback, so none is missed.
+            # Ctrl-C ends it too (main answers KeyboardInterrupt with exit 130).
+            while True:
+                done = finished()
+                fh.seek(offset)
+                chunk = fh.read()
+                if chunk:
+                    out.write(chunk)
+                    out.flush()
+                    offset += len(chunk)
+                elif done:
+                    return 0
+                else:
+                    time.sleep(FOLLOW_POLL)
+
+
+GATE_EXIT = {"pass": 0, "fail": 1, "insufficient": 3}
+
+
+def cmd_reconcile(args) -> int:
+    """Read-only: no schema creation, no write transaction; exit 0 pass, 1 fail, 3 insufficient."""
+    import os
+    import time
+
+    from qlshadow.watch.reconcile import ReconcileError, reconcile
+    settings = _settings(args)
+    path = config.sqlite_file(settings.db_url)
+    if path is not None:
+        if not os.path.isfile(path):  # connecting would create an empty file
+            raise CliError(f"no database at {path} (QL_DB_URL); nothing to reconcile")
+    database, _ = db.open_database(settings, create=False)
+    now = int(time.time())
+    until = now if args.until is None else args.until
+    since = until - 7 * 86400 if args.since is None else args.since
+    try:
+        with database.connection_context():
+            data = reconcile(since, until, args.cron, args.stuck_after, now=now)
+    except ReconcileError as exc:
+        print(f"qlshadow: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        _print_json({"data": data})  # the API document's data, as the endpoint answers it
+    else:
+        from qlshadow.cli.gate_report import format_report
+        sys.stdout.write(format_report(data))
+    return GATE_EXIT[data["gate"]["verdict"]]
+
+
+def cmd_notify(args) -> int:
+    """The tick (alerts.py), or with --test a test message through every channel."""
+    from qlshadow.watch import notify  # only this command sends notifications: keep it off other paths
+    sources = notify.load_sources(config_file=args.config)
+    channels = notify.configured_channels(sources.values, sources.origin)
+    if not args.test:
+        return _notify_tick(args, channels)
+    for line in notify.notes(sources):
+        print(f"qlshadow: {line}", file=sys.stderr)
+    if not channels:
+        raise CliError("no notification channel is configured; docs/NOTIFY.md lists the "
+                       "variables (WEBHOOK_URL, TG_BOT_TOKEN, SMTP_SERVER, ...)")
+    _use_language(config.language(config_file=args.config))
+    title, content = notify.test_message()
+    failed = 0
+    for channel in channels:
+        result = notify.send(channel, title, content)
+        print(f"{channel.name}: {'ok' if result.ok else 'FAILED'}: {result.reason} "
+              f"(settings from {', '.join(channel.sources)})", flush=True)
+        failed += not result.ok
+    return 1 if failed else 0
+
+
+def _use_language(lang: str) -> None:
+    """Notifications and the reasons they carry in QL_LANG (the CLI's own text stays English)."""
+    if lang != "en":
+        from qlshadow import i18n
+        i18n.set_default(lang)
+
+
+def _notify_tick(args, channels: list) -> int:
+    if not channels:
+        return 0  # nothing to send: crond's every-minute tick costs a start-up and no more
+    from qlshadow.watch.alerts import tick
+    settings = _settings(args)
+    _use_language(settings.lang)
+    database, _ = db.open_database(settings, create=False)
+    with database.connection_context():
+        done = tick(settings, channels)
+    if args.verbose:
+        print(" ".join(f"{key}={value}" for key, value in done.items()))
+    return 0
+
+
+_STATUS_COLUMNS = ((Column("cron", right=True), "cron_id"), (Column("name", shrink=True), "name"),
+                   (Column("state"), "state"), (Column("since"), "since"),
+                   (Column("next"), "next_expected"), (Column("last success"), "last_success"),
+                   (Column("last start"), "last_start"), (Column("grace", right=True), "grace"),
+                   (Column("reason", shrink=True), "reason"))
+_STATUS_TIMES = ("since", "next_expected", "last_success", "last_start")
+
+
+def cmd_status(args) -> int:
+    """The health of every cron, problems first, as a table or (--json) the API's data."""
+    import time
+
+    from qlshadow.watch import health
+    settings = _settings(args)
+    path = config.sqlite_file(settings.db_url)
+    if path is not None and not os.path.isfile(path):  # connecting would create an empty file
+        raise CliError(f"no database at {path} (QL_DB_URL); no cron to report on")
+    database, _ = db.open_database(settings, create=False)
+    with database.connection_context():
+        healths = health.read_all(int(time.time()),
+                                  shadow="scheduled_system" in settings.shadow_origins)
+    rows = [health.public(h) for h in healths]
+    if crontab.install_state(settings) == "installed":
+        from qlshadow.host.crond import NOT_RUNNING, crontab_words
+        if crontab_words("installed") == NOT_RUNNING:  # every firing would count as missed
+            print(f"qlshadow: crontab {NOT_RUNNING}: no firing of it will start",
+                  file=sys.stderr)
+    if args.json:
+        _print_json({"data": rows})
+        return 0
+
+    sys.stdout.write(table([column for column, _ in _STATUS_COLUMNS],
+                           [[when(row[key]) if key in _STATUS_TIMES else row[key]
+                             for _, key in _STATUS_COLUMNS] for row in rows],
+                           terminal_width()))
+    if not rows:
+        print("no crons")
+    return 0
+
+
+def cmd_prune(args) -> int:
+    import time
+
+    from qlshadow.storage import retention
+    # On a full disk prune must not try to create anything before it frees space: the
+    # reserve goes before the database is opened, and nothing is created (create=False).
+    settings = _settings(args)
+    released = config.sqlite_file(settings.db_url) is not None and \
+        retention.release_reserve(settings.data_dir)
+    db.open_database(settings, create=False)
+    _print_json(retention.prune(settings, int(time.time()), released))
+    return 0
+
+
+def _positive(text: str) -> int:
+    # Ids are int64 in both databases: a larger number names nothing and cannot be bound.
+    number = to_int(text, 1, INT64_MAX)
+    if number is None:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a positive integer (at most {INT64_MAX})")
+    return number
+
+
+def _count(text: str) -> int:
+    if not text.isascii() or not text.isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number")
+    return int(text)
+
+
+def _time(text: str) -> int:
+    """A time option's value (timeparse.parse_time); argparse names the option."""
+    from qlshadow.cli.timeparse import TimeError, parse_time
+    try:
+        return parse_time(text)
+    except TimeError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _duration(text: str) -> int:
+    from qlshadow.cli.timeparse import TimeError, parse_duration
+    try:
+        return parse_duration(text)
+    except TimeError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _output_options(p, json_help: str = "print JSON for scripts, not a table") -> None:
+    p.add_argument("--json", action="store_true", help=json_help)
+    p.add_argument("--utc", action="store_true", help="show times in UTC, not the box's local time")
+
+
+TIME_HELP = "24h, 7d, 30m, 2026-11-30[T04:00], today, yesterday or epoch seconds"
+
+
+def cmd_backup(args) -> int:
+    """Snapshot the SQLite database (app/storage/backup.py); --keep-list rewrites a sysupgrade list."""
+    import sqlite3
+
+    from qlshadow.storage import backup, retention
+    settings = _settings(args, server=True)
+    try:
+        path = backup.snapshot(settings, args.path)
+    except sqlite3.Error as exc:
+        raise CliError(f"cannot snapshot the database: {exc}") from None
+    if path is None:
+        print("qlshadow: nothing to snapshot: the database is PostgreSQL (QL_DB_URL), "
+              "which keeps it", file=sys.stderr)
+    else:
+        print(path)
+    if args.keep_list:
+        with open(args.keep_list, encoding="utf-8") as fh:
+            listed = fh.read().splitlines()
+        # The prune reserve is random bytes that every start remakes.
+        kept = backup.keep_list(settings, listed, (retention.reserve_path(settings.data_dir),))
+        text = "".join(f"{line}\n" for line in kept)
+        with open(args.keep_list, "w", encoding="utf-8") as fh:
+            fh.write(text)
+    return 0
+
+
+class _Parser(argparse.ArgumentParser):
+    """Usage mistakes are one line on stderr too (`--help` still prints the usage)."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="qlshadow", description="Legacy-compatible cron status service with Shadow Runs.",
+        epilog="Exit status: 0 success; 1 the command failed or said no (one line on stderr); "
+               f"2 a usage mistake; {EXIT_INTERNAL} an internal error (a defect: one line on "
+               "stderr, please report it); 75 the data dir or the database would be created under a "
+               "mount point not mounted yet. `reconcile` also exits 3 when the gate is insufficient.")
+    parser.add_argument("--config", metavar="PATH",
+                        help="KEY=VALUE config file (default: $QL_CONFIG); the environment wins")
+    parser.add_argument("--version", action="version", version=f"qlshadow {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("serve", help="serve the HTTP API with waitress (one process)")
+    p.set_defaults(func=cmd_serve)
+
+    p = sub.add_parser("db", help="database commands")
+    dbsub = p.add_subparsers(dest="db_cmd", required=True, metavar="SUBCOMMAND")
+    dbsub.add_parser("init", help="create missing tables and the system app; never drops data"
+                     ).set_defaults(func=cmd_db_init)
+
+    p = sub.add_parser("app", help="API client apps")
+    appsub = p.add_subparsers(dest="app_cmd", required=True, metavar="SUBCOMMAND")
+    p = appsub.add_parser("create", help="create an app and print its client id and secret")
+    p.add_argument("name")
+    p.add_argument("--scopes", default="crons,runs", help="comma list of crons, runs, metrics")
+    p.set_defaults(func=cmd_app_create)
+
+    p = sub.add_parser("token", help="tokens for the shell scripts")
+    toksub = p.add_subparsers(dest="token_cmd", required=True, metavar="SUBCOMMAND")
+    toksub.add_parser("system", help="write a valid system token to $QL_DATA_DIR/token.json (0600)"
+                      ).set_defaults(func=cmd_token_system)
+    toksub.add_parser("runner", help="write a callback-only token for task.sh to "
+                      "$QL_DATA_DIR/runner-token.json (0600)").set_defaults(func=cmd_token_runner)
+    q = toksub.add_parser("metrics", help="print a new metrics-only token that never expires "
+                          "(for GET /metrics); --revoke revokes every such token")
+    q.add_argument("--revoke", action="store_true", help="revoke every metrics token instead")
+    q.set_defaults(func=cmd_token_metrics)
+
+    p = sub.add_parser("cron", help="manage crons")
+    p.set_defaults(func=cmd_cron)
+    cronsub = p.add_subparsers(dest="cron_cmd", required=True, metavar="SUBCOMMAND")
+    q = cronsub.add_parser("add", help="add a cron")
+    q.add_argument("schedule", help="5 or 6 cron fields, @once or @boot")
+    q.add_argument("command", help="the task command")
+    q.add_argument("--name", help="display name (default: the command)")
+    q.add_argument("--json", action="store_true", help="print the new cron as JSON")
+    q = cronsub.add_parser("list", help="list crons, newest first")
+    _output_options(q)
+    q = cronsub.add_parser("show", help="show one cron")
+    q.add_argument("id", type=_positive)
+    _output_options(q)
+    for name, text in (("rm", "delete crons"), ("enable", "enable crons"),
+                       ("disable", "disable crons")):
+        q = cronsub.add_parser(name, help=text)
+        q.add_argument("ids", type=_positive, nargs="+", metavar="ID")
+    q = cronsub.add_parser("run", help="run a cron now, detached (a manual run)")
+    q.add_argument("id", type=_positive)
+    q.add_argument("--json", action="store_true", help="print the started ids as JSON")
+
+    p = sub.add_parser("crontab", help="render qlshadow's block and install it in the crontab "
+                       "(system mode)")
+    what = p.add_mutually_exclusive_group()
+    what.add_argument("--print", action="store_true", help="only print the block's content")
+    what.add_argument("--remove", action="store_true", help="take qlshadow's block out of the "
+                      "crontab, keeping every other line")
+    p.set_defaults(func=cmd_crontab)
+
+    p = sub.add_parser("import", help="import crons from another panel: qinglong PATH")
+    q = p.add_subparsers(dest="import_from", required=True, metavar="SOURCE").add_parser(
+        "qinglong", help="QingLong 2.x crons with their ids, from its data dir (db/database.sqlite "
+        "or db/crontab.db) or that file; exits 1 if any cron was refused")
+    q.add_argument("path", metavar="PATH")
+    q.add_argument("--dry-run", action="store_true", help="print what would be done, write nothing")
+    q.set_defaults(func=cmd_import)
+
+    p = sub.add_parser("adopt", help="list the crontab's own lines (outside qlshadow's "
+                       "block); with line numbers, make crons of them and take them out of "
+                       "the user's part in the same install")
+    p.add_argument("lines", type=_positive, nargs="*", metavar="LINE",
+                   help="line numbers as the listing shows them")
+    p.add_argument("--name", action="append", metavar="NAME", help="the name of the cron "
+                   "made of each line, in order (default: the command's first words)")
+    p.set_defaults(func=cmd_adopt)
+
+    p = sub.add_parser("runs", help="list executions newest first: Shadow Runs, or Legacy "
+                       "instances when Shadow is off (or with --legacy)")
+    p.add_argument("--failed", action="store_true",
+                   help="only executions that exited with a non-zero exit code")
+    p.add_argument("--state", help="only this state: accepted, spawned, running, exited "
+                   "(Runs); running, finished, stopped, failed (instances)")
+    p.add_argument("--since", type=_time, metavar="TIME", help="started at or after: " + TIME_HELP)
+    p.add_argument("--until", type=_time, metavar="TIME", help="started before this time")
+    p.add_argument("--cron", type=_positive, metavar="ID", help="only executions of this cron")
+    p.add_argument("--limit", type=_positive, default=50, help="at most this many (default 50)")
+    p.add_argument("--before", metavar="ID", help="the next page: executions older than this "
+                   "run id (or instance id), as the last line of a full page says")
+    p.add_argument("--legacy", action="store_true",
+                   help="list Legacy instances (every execution, manual runs too)")
+    _output_options(p)
+    p.set_defaults(func=cmd_runs)
+
+    p = sub.add_parser("log", help="print the end of an execution's task log (-f: follow it)")
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument("run_id", nargs="?", metavar="RUN_ID", help="a Shadow Run's id")
+    which.add_argument("--instance", type=_positive, metavar="N", help="a Legacy instance's id")
+    which.add_argument("--cron", type=_positive, metavar="ID", help="this cron's latest execution")
+    p.add_argument("-n", "--lines", type=_count, default=50, metavar="N",
+                   help="how many last lines (default 50)")
+    p.add_argument("-f", "--follow", action="store_true",
+                   help="keep printing what it writes until the execution has finished")
+    p.set_defaults(func=cmd_log)
+
+    p = sub.add_parser("reconcile", help="the reconciliation gate: do Shadow Runs match crond? "
+                       "(exit 0 pass, 1 fail, 3 insufficient)")
+    p.add_argument("--since", type=_time, metavar="TIME", help="window start: " + TIME_HELP
+                   + " (default: 7 days before --until)")
+    p.add_argument("--until", type=_time, metavar="TIME", help="window end, excluded "
+                   "(default: now)")
+    p.add_argument("--cron", type=_positive, metavar="ID", help="only this cron")
+    p.add_argument("--stuck-after", type=_duration, default=3600, metavar="DURATION",
+                   help="a Run still running after this long counts as stuck: seconds, 30m, "
+                   "2h (default 3600)")
+    p.add_argument("--json", action="store_true", help="print the JSON document, not a table")
+    p.set_defaults(func=cmd_reconcile)
+    p = sub.add_parser("prune", help="delete old Runs, instances, tokens and task logs now "
+                       "(QL_RETENTION_*); print what was deleted")
+    p.set_defaults(func=cmd_prune)
+
+    p = sub.add_parser("backup", help="write a consistent copy of the SQLite database (the "
+                       "online backup API; safe while serving) and print its path; on "
+                       "PostgreSQL there is nothing to copy")
+    p.add_argument("path", nargs="?", metavar="PATH",
+                   help="where to write it (default: the database's path + .snapshot, which "
+                   "a start restores when the database is missing)")
+    p.add_argument("--keep-list", metavar="FILE",
+                   help="also rewrite FILE, a list of paths to back up (sysupgrade's): add the "
+                   "conf file and the data dir's files, with the snapshot in place of the "
+                   "live database, its WAL and shared memory")
+    p.set_defaults(func=cmd_backup)
+
+    p = sub.add_parser("notify", help="the alert tick crond runs every minute: find missed and "
+                       "stuck crons, send new events through every channel, retry failed "
+                       "sends (docs/ALERTS.md); --test: a test message (docs/NOTIFY.md)")
+    p.add_argument("--test", action="store_true",
+                   help="send a test message through every configured channel; exit 0 when "
+                   "every channel took it, 1 otherwise")
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="print what the tick did (found, queued, sent, retrying, given_up)")
+    p.set_defaults(func=cmd_notify)
+
+    p = sub.add_parser("status", help="the health of every cron (ok, failed, late, missed, "
+                       "stuck, running, new, paused), problems first")
+    p.add_argument("--json", action="store_true", help="print the JSON document, not a table")
+    p.set_defaults(func=cmd_status)
+
+    for name in ("accept-failures", "failures"):
+        # "failures" is the old name: it still works and says so on stderr.
+        listed = {"help": "list Shadow accept failures (refused admissions, not failed jobs: "
+                  "see runs --failed), newest first"} if name == "accept-failures" else {}
+        p = sub.add_parser(name, **listed)
+        p.add_argument("--limit", type=_positive, default=50)
+        p.add_argument("--before", type=_positive, metavar="ID",
+                       help="the next page: failures older than this id")
+        _output_options(p)
+        p.set_defaults(func=cmd_accept_failures)
+    return parser
+
+
+def main(argv=None) -> int:
+    """Run the command line; returns the exit status."""
+    # Files this process creates (database, WAL, tokens, crontab) are its user's only.
+    os.umask(0o077)
+    args = build_parser().parse_args(argv)
+    try:
+        status = args.func(args)
+        sys.stdout.flush()  # here, where a closed pipe can still be caught
+        return status
+    except BrokenPipeError:
+        # The reader left (`qlshadow runs | head -1`): stop quietly, as the signal module's
+        # note on SIGPIPE shows: point stdout at /dev/null so that the flush at exit cannot
+        # fail again, and exit as a command killed by SIGPIPE would (128 + 13).
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 128 + signal.SIGPIPE
+    except KeyboardInterrupt:
+        return 128 + signal.SIGINT  # Ctrl-C (ending `log -f`, say): no traceback
+    except (config.ConfigError, CliError, QlError) as exc:
+        print(f"qlshadow: {exc}", file=sys.stderr)
+        return getattr(exc, "exit_status", 1)  # 75: the data dir's disk is not mounted yet
+    except (DatabaseError, InterfaceError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        print(f"qlshadow: database error: {first}", file=sys.stderr)
+    except OSError as exc:
+        print(f"qlshadow: {exc.strerror or exc}: {exc.filename or ''}".rstrip(": "), file=sys.stderr)
+    except Exception as exc:  # noqa: BLE001 - a defect: one line and its own code, not 1
+        cause = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        print(f"qlshadow: internal error ({type(exc).__name__}{': ' + cause if cause else ''}); "
+              "please report it", file=sys.stderr)
+        return EXIT_INTERNAL
+    return 1
+

@@ -1,0 +1,50 @@
+"""The reconciliation gate's report as text for a terminal (`qlshadow reconcile`).
+
+It turns the document reconcile.reconcile returns (docs/CONTRACT.md §10) into one row
+per cron, in local time, then why the verdict is what it is (`--json` prints the document).
+"""
+from __future__ import annotations
+
+# (column title, key of a cron's report), left to right.
+_COLUMNS = (("cron", "cron_id"), ("name", "name"), ("schedule", "schedule"),
+            ("expected", "expected"), ("runs", "runs"), ("exited", "exited"),
+            ("running", "running"), ("failed", "failed"), ("finish_only", "finish_only"),
+            ("stuck", "stuck"), ("missed", "missed"), ("double", "double"),
+            ("clock_step", "clock_step"), ("unmatched", "unmatched_instances"),
+            ("drift", "drift"), ("invalid", "invalid"),
+            ("verdict", "verdict"))
+
+
+def format_report(data: dict) -> str:
+    """The gate's report as a plain table, then the notes and the reasons."""
+    from qlshadow.timefmt import local_text as when
+
+    def cell(report, key):
+        value = report[key]
+        if key in ("missed", "double"):
+            return str(len(value) + report[key + "_omitted"])
+        if key == "name" and len(value) > 24:
+            return value[:23] + "~"
+        return str(value)
+
+    window, gate = data["window"], data["gate"]
+    lines = [f"reconcile {when(window['since'])} .. {when(window['until'])}: "
+             f"{gate['verdict'].upper()}"]
+    rows = [[title for title, _ in _COLUMNS]]
+    rows += [[cell(r, key) for _, key in _COLUMNS] for r in data["crons"]]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(_COLUMNS))]
+    text_columns = {1, 2, len(_COLUMNS) - 1}
+    for row in rows:
+        lines.append("  ".join(v.ljust(w) if i in text_columns else v.rjust(w)
+                               for i, (v, w) in enumerate(zip(row, widths, strict=True))).rstrip())
+    for r in data["crons"]:
+        if r["definition_changed"]:
+            lines.append(f"note: cron {r['cron_id']} changed its definition in or after the "
+                         "window; firings are judged from "
+                         + (when(r["evaluated_from"]) if r["evaluated_from"] else "nowhere"))
+    if gate["failures"]:
+        lines.append("accept failures: " + ", ".join(
+            f"{reason} {count}" for reason, count in sorted(gate["failures"].items())))
+    for reason in gate["reasons"]:
+        lines.append(f"- {reason}")
+    return "\n".join(lines) + "\n"

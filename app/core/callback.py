@@ -1,0 +1,60 @@
+"""The status callback that crond jobs send: the whole hot path of the service, without HTTP.
+
+handle() takes the request body and answers with the Shadow outcome: parse the body
+strictly (legacy.parse_status_callback), then one transaction holding the Legacy rules 1-5
+(legacy.apply_status_callback), a bounded retention step, and the Shadow writer
+(shadow/writer.py) when Shadow is on and the callback carries an execution_id. Refusals
+raise the core's errors (qlshadow.errors). The only web adapter is views/callback.py.
+"""
+from __future__ import annotations
+
+import time
+
+from qlshadow.storage import db
+from qlshadow.core.legacy import (NOT_GIVEN, apply_status_callback, decode_json,
+                                  parse_status_callback)
+
+PATH = "/open/crons/status"
+SCOPES = ("crons", "status")  # the runner's token has only "status"
+
+
+def handle(raw: bytes, settings, runtime) -> str:
+    """Parse and apply one callback body in one write transaction; raises on any refusal.
+
+    Returns the Shadow outcome ("off" when Shadow did not run); the HTTP answer never
+    depends on it.
+    """
+    cb = parse_status_callback(decode_json(raw))
+    now = int(time.time())
+    shadow = settings.shadow_on and cb.execution_id is not NOT_GIVEN
+    outcome = db.run_write(_write, runtime.pruner, cb, now, shadow, settings.failure_cap,
+                           settings.shadow_savepoint)
+    # Committed: /health hears that writes work, and the Shadow outcome is counted (a
+    # rolled-back one never is). A database error out of run_write wrote nothing; the web
+    # adapter's error answer (views/errors.answer_for) records it.
+    runtime.writes.note_ok()
+    if outcome != "off":
+        runtime.counters.count_shadow(outcome)
+    return outcome
+
+
+def _write(pruner, cb, now: int, shadow: bool, failure_cap: int, fail_open: bool) -> str:
+    """The body of the callback's one transaction."""
+    crons = apply_status_callback(cb, now)
+    # Bounded retention shares the callback's transaction, outside Shadow's savepoint.
+    pruner.on_write(now)
+    if not shadow:
+        return "off"
+    return (_observe or _load_writer())(cb, crons, now, failure_cap, fail_open)
+
+
+_observe = None
+
+
+def _load_writer():
+    # Imported on first use: with Shadow off (the default) the writer is never loaded; once
+    # loaded it is kept here, not looked up by an import statement on every callback.
+    global _observe
+    from qlshadow.core.shadow.writer import observe
+    _observe = observe
+    return observe

@@ -1,0 +1,1 @@
+"""Watching: health, the reconcile gate, alerts, notification channels and metrics."""

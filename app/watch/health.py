@@ -1,0 +1,459 @@
+"""A health state per cron, from its schedule and its recent history (no Flask).
+
+`evaluate` is a pure function of (cron, recent executions, firings around now, now): the
+API, `qlshadow status`, /metrics and a later `notify` tick all call it through `read_all`,
+which reads what it needs for every cron in a few statements, each an index seek per cron
+(never a scan of the history). docs/CONTRACT.md §12 defines the states.
+"""
+from __future__ import annotations
+
+import bisect
+import itertools
+import time
+
+from qlshadow.i18n import _
+from qlshadow.storage.models import Cron, database
+from qlshadow.timefmt import local_text
+
+# Every state, the problems first. evaluate() takes the first that holds in the order
+# paused, stuck, missed, failed, late, running, new, ok (docs/CONTRACT.md §12).
+STATES = ("failed", "missed", "stuck", "late", "running", "new", "paused", "ok")
+PROBLEMS = ("failed", "missed", "stuck", "late")
+# Listing order: problems (newest first), then these groups in this order.
+_GROUP = {"running": 1, "new": 2, "paused": 3, "ok": 4}
+PUBLIC_FIELDS = ("cron_id", "name", "schedule", "state", "since", "next_expected",
+                 "last_success", "last_start", "grace", "reason")
+
+RECENT = 20  # executions read per cron and per source (Legacy instances, Shadow Runs)
+MAX_CRONS = 1000  # one read answers at most this many crons, lowest ids first
+GRACE_SHARE = 0.1  # default grace: a tenth of the shortest gap between firings near now,
+GRACE_MIN, GRACE_MAX = 60, 3600  # within a minute and an hour
+STUCK_FACTOR = 3  # stuck: running longer than 3 x the median of recent successful runs,
+STUCK_SAMPLES = 3  # once there are at least this many to take a median of;
+STUCK_DEFAULT = 3600  # before that, an hour (and never less than the grace)
+_MINUTE = 60
+_DAY = 86400
+# Windows searched for the firings around now: most schedules fire within the first.
+_YEAR = 366 * _DAY
+_WINDOWS = (2 * 3600, 2 * _DAY, 32 * _DAY, _YEAR + 32 * _DAY)
+
+
+class Execution:
+    """One execution as both sources tell it: start (task clock), end, exit code, whether it
+    is still open, and whether crond started it (True: it has a Run; False: a manual run,
+    Shadow on and no Run; None: unknown, Shadow off)."""
+    __slots__ = ("start", "end", "exit_code", "open", "scheduled", "pid")
+
+    def __init__(self, start, end, exit_code, open_, scheduled, pid=None):
+        self.start, self.end, self.exit_code = start, end, exit_code
+        self.open, self.scheduled, self.pid = open_, scheduled, pid
+
+
+class Firings:
+    """A cron's firings around `now`: the last two whose minute has ended, and the next.
+
+    first_after(t) finds the first firing after t, for when a cron has missed several.
+    """
+
+    def __init__(self, due: list, upcoming: int | None, first_after=None):
+        self.due, self.next = due, upcoming
+        self._first_after = first_after
+
+    def first_after(self, t: int) -> int | None:
+        return self._first_after(t) if self._first_after else None
+
+    def shortest_gap(self) -> int | None:
+        points = self.due + ([self.next] if self.next is not None else [])
+        gaps = [b - a for a, b in itertools.pairwise(points) if b > a]
+        return min(gaps) if gaps else None
+
+
+NO_FIRINGS = Firings([], None)
+
+
+def default_grace(firings: Firings) -> int:
+    """A tenth of the shortest gap between the firings near now, within 60 s and 1 h."""
+    gap = firings.shortest_gap()
+    if gap is None:
+        return GRACE_MAX
+    return int(min(GRACE_MAX, max(GRACE_MIN, gap * GRACE_SHARE)))
+
+
+def stuck_limit(executions: list, grace: int) -> tuple:
+    """(seconds, why) after which an open execution counts as stuck."""
+    durations = sorted(e.end - e.start for e in executions
+                       if not e.open and e.exit_code == 0 and e.end is not None
+                       and e.end >= e.start)
+    if len(durations) < STUCK_SAMPLES:
+        limit = max(STUCK_DEFAULT, grace)
+        return limit, _("{limit} s, as fewer than {samples} successful runs tell how long it "
+                        "usually runs").format(limit=limit, samples=STUCK_SAMPLES)
+    median = durations[len(durations) // 2]
+    limit = max(STUCK_FACTOR * median, grace)
+    return limit, _("{limit} s ({factor} x its median run of {median} s, at least its "
+                    "grace)").format(limit=limit, factor=STUCK_FACTOR, median=median)
+
+
+def _when(t: int) -> str:
+    return local_text(t, with_seconds=False)  # any stored time, 32-bit time_t included
+
+
+def evaluate(cron: dict, executions: list, firings: Firings, now: int,
+             last_success: int | None = None, steps: list = ()) -> dict:
+    """The health of one cron: {cron_id, name, schedule, state, since, ...} (a pure function).
+
+    executions: its recent Executions (any order); firings: its schedule near now
+    (NO_FIRINGS when crond never starts it); last_success: when it last succeeded, for a
+    cron whose recent executions hold no success; steps: the clock steps near now
+    (reconcile.clock_steps), whose firings are never missed or late.
+    """
+    from qlshadow.watch.reconcile import in_clock_step
+    execs = sorted(executions, key=lambda e: e.start, reverse=True)
+    grace = cron.get("grace")
+    if grace is None:
+        grace = default_grace(firings)
+    newest = execs[0] if execs else None
+    finished = [e for e in execs if not e.open]
+    succeeded = next((e for e in finished if e.exit_code == 0), None)
+    if succeeded is not None:
+        last_success = succeeded.end if succeeded.end is not None else succeeded.start
+    health = {"cron_id": cron["id"], "name": cron["name"], "schedule": cron["schedule"],
+              "state": "ok", "since": None, "next_expected": None,
+              "last_success": last_success, "last_start": newest.start if newest else None,
+              "grace": grace, "reason": "", "running_since": None}
+
+    def state(name: str, since, reason: str) -> dict:
+        health.update(state=name, since=since, reason=reason)
+        return health
+
+    if cron["is_disabled"]:
+        return state("paused", cron["updated_at"], _("It is disabled, so crond does not start it."))
+    health["next_expected"] = firings.next
+    if newest is not None and newest.open:
+        health["running_since"] = newest.start
+        limit, why = stuck_limit(execs, grace)
+        if now - newest.start > limit:
+            return state("stuck", newest.start + limit,
+                         _("It has been running since {since}, longer than {why}; the process "
+                           "hangs or its finish callback was lost.").format(
+                               since=_when(newest.start), why=why))
+
+    # Firings the current definition describes: after its creation and its last change.
+    judged_from = max(cron["created_at"], cron["updated_at"])
+    due = [f for f in firings.due if f > judged_from and not in_clock_step(f, steps)]
+
+    by_start = sorted(execs, key=lambda e: e.start)
+    starts = [e.start for e in by_start]
+
+    def started(firing: int) -> bool:
+        return firing_started(firing, starts, by_start, grace)
+
+    late = None
+    if due and not started(due[-1]):
+        missing = [f for f in due[-2:] if not started(f) and now >= f + _MINUTE + grace]
+        if missing:
+            after = max(judged_from, newest.start if newest else judged_from)
+            first = firings.first_after(after)
+            first = first if first is not None and first <= missing[0] else missing[0]
+            return state("missed", first + _MINUTE + grace,
+                         _("The firing at {at} has no record {grace} s after its minute: crond "
+                           "did not start it, or its callbacks were lost.").format(
+                               at=_when(missing[-1]), grace=grace))
+        late = due[-1]
+
+    last = finished[0] if finished else None
+    if last is not None and last.exit_code not in (0, None):
+        streak = last
+        for e in finished[1:]:
+            if e.exit_code in (0, None):
+                break
+            streak = e
+        text = (_("Its last execution (a manual run), started {start}, exited with code {code}.")
+                if last.scheduled is False else
+                _("Its last execution, started {start}, exited with code {code}."))
+        return state("failed", streak.end if streak.end is not None else streak.start,
+                     text.format(start=_when(last.start), code=last.exit_code))
+    if late is not None:
+        return state("late", late + _MINUTE,
+                     _("The firing at {at} has no record yet; it counts as missed after "
+                       "{deadline}.").format(at=_when(late),
+                                            deadline=_when(late + _MINUTE + grace)))
+    if newest is not None and newest.open:
+        return state("running", newest.start,
+                     _("It has been running since {since}.").format(since=_when(newest.start)))
+    if not execs:
+        if firings is NO_FIRINGS:
+            text = _("It has never run, and no firing is expected (@once, @boot, 6 fields, "
+                     "extra schedules, or a date that never comes).")
+        else:
+            text = _("It has never run, and no firing has come due since it was created or "
+                     "last changed.")
+        return state("new", cron["created_at"], text)
+    streak = last  # not None: the newest execution is finished, or it returned above
+    for e in finished[1:]:
+        if e.exit_code not in (0, None):
+            break
+        streak = e
+    text = (_("Its last execution, started {start}, exited with code 0.") if last.exit_code == 0
+            else _("Its last execution, started {start}, exited with no exit code reported."))
+    return state("ok", streak.end if streak.end is not None else streak.start,
+                 text.format(start=_when(last.start)))
+
+
+def firing_started(firing: int, starts: list, by_start: list, grace: int) -> bool:
+    """Whether a record stands for the firing: one starting from it until its grace ran
+    out; a known manual run only in the firing's own minute (as in the gate)."""
+    i = bisect.bisect_left(starts, firing)
+    while i < len(starts) and starts[i] < firing + _MINUTE + grace:
+        e = by_start[i]
+        if e.scheduled is not False or e.start // _MINUTE == firing // _MINUTE:
+            return True
+        i += 1
+    return False
+
+
+def missed_firings(cron: dict, executions: list, expected: list, grace: int, now: int,
+                   steps: list = ()) -> int:
+    """How many of the firings in `expected` have no record and are past their grace (none
+    in a clock step)."""
+    from qlshadow.watch.reconcile import in_clock_step
+    by_start = sorted(executions, key=lambda e: e.start)
+    starts = [e.start for e in by_start]
+    return sum(1 for f in expected
+               if now >= f + _MINUTE + grace and not in_clock_step(f, steps)
+               and not firing_started(f, starts, by_start, grace))
+
+
+def order(healths: list) -> list:
+    """Problems first, newest first; then running, new, paused and ok crons, by id."""
+    def key(h):
+        if h["state"] in PROBLEMS:
+            return (0, -(h["since"] or 0), h["cron_id"])
+        return (_GROUP[h["state"]], 0, h["cron_id"])
+    return sorted(healths, key=key)
+
+
+def public(health: dict) -> dict:
+    """The fields GET /open/crons/health answers for one cron."""
+    return {k: health[k] for k in PUBLIC_FIELDS}
+
+
+# --- reads -------------------------------------------------------------------------------
+
+# One branch per cron, each an index seek that reads RECENT rows: running_instances_cron
+# (cron_id, id), and shadow_runs_cron (cron_id, accepted_at, id), which alone answers the
+# Runs' read (no lookup of the row). UNION ALL keeps it one statement on both databases
+# (SQLite has no LATERAL).
+_INSTANCES = ('SELECT * FROM (SELECT "cron_id", "pid", "started_at", "finished_at", "exit_code" '
+              'FROM "running_instances" WHERE "cron_id" = {id} ORDER BY "id" DESC LIMIT {n}) '
+              'AS "i{id}"')
+_RUN_STARTS = ('SELECT * FROM (SELECT "cron_id", "accepted_at" FROM "shadow_runs" '
+               'WHERE "cron_id" = {id} ORDER BY "accepted_at" DESC, "id" DESC LIMIT {n}) '
+               'AS "r{id}"')
+# The few Runs no instance stands for (their start callback was lost): read whole.
+_RUN_ROWS = ('SELECT "cron_id", "accepted_at", "finished_at", "exit_code" '
+             'FROM "shadow_runs" WHERE "cron_id" = {id} AND "accepted_at" = {at}')
+# A cron with no success among its recent executions: its newest success, index-ordered.
+_INSTANCE_SUCCESS = ('SELECT * FROM (SELECT "cron_id", "finished_at" FROM "running_instances" '
+                     'WHERE "cron_id" = {id} AND "exit_code" = 0 AND "finished_at" IS NOT NULL '
+                     'ORDER BY "id" DESC LIMIT 1) AS "s{id}"')
+_CHUNK_MAX = 200  # branches per statement (SQLite allows 500 terms in a compound SELECT)
+
+
+def _union(template: str, keys: list, n: int = RECENT):
+    """Rows of template for each key (a cron id, or a (cron id, instant) pair)."""
+    for lo in range(0, len(keys), _CHUNK_MAX):
+        sql = " UNION ALL ".join(
+            template.format(id=int(k), n=n) if not isinstance(k, tuple)
+            else template.format(id=int(k[0]), at=int(k[1])) for k in keys[lo:lo + _CHUNK_MAX])
+        yield from database.obj.execute_sql(sql)
+
+
+def recent_executions(ids: list, shadow: bool) -> dict:
+    """{cron_id: [Execution]}: each cron's newest instances and Runs, merged where they are
+    one execution (an instance that started in the very second its Run was accepted: task.sh
+    makes the execution id from that second)."""
+    instances: dict = {}
+    for cron_id, pid, started, finished, code in _union(_INSTANCES, ids):
+        instances.setdefault(cron_id, []).append((pid, started, finished, code))
+    run_starts: dict = {}
+    for cron_id, accepted in _union(_RUN_STARTS, ids):
+        run_starts.setdefault(cron_id, []).append(accepted)
+    out, lone = {}, []
+    for cron_id in ids:
+        mine, theirs = instances.get(cron_id, []), run_starts.get(cron_id, [])
+        # Where a source holds more history than was read, the other's older rows would
+        # find no partner: keep only the span both reads cover.
+        cutoff = max(([mine[-1][1]] if len(mine) >= RECENT else [])
+                     + ([theirs[-1]] if len(theirs) >= RECENT else []), default=None)
+        scheduled = set(theirs)
+        execs = [Execution(started, finished, code, finished is None,
+                           True if started in scheduled else (False if shadow else None), pid)
+                 for pid, started, finished, code in mine
+                 if cutoff is None or started >= cutoff]
+        seen = {e.start for e in execs}
+        lone.extend((cron_id, at) for at in scheduled - seen if cutoff is None or at >= cutoff)
+        out[cron_id] = execs
+    for cron_id, accepted, finished, code in (_union(_RUN_ROWS, lone) if lone else ()):
+        out[cron_id].append(Execution(accepted, finished, code, finished is None, True))
+    return out
+
+
+def _older_successes(ids: list) -> dict:
+    """{cron_id: finished_at} of the newest successful Legacy instance of each cron."""
+    return {cron_id: at for cron_id, at in _union(_INSTANCE_SUCCESS, ids)} if ids else {}
+
+
+# Firings around now, by (schedule, local zone, window): (lo, hi, firings). A schedule's
+# firings near now change only with the clock, so reads within two hours share them (each
+# entry is worked out two hours ahead). Small: an entry is kept only when it holds at most
+# _NEAR_FIRINGS firings (a wide window of a frequent schedule is not); cleared when full.
+_NEAR: dict = {}
+_NEAR_MAX = 256
+_NEAR_FIRINGS = 512
+
+
+def _zone() -> tuple:
+    return (time.timezone, time.altzone, time.daylight, time.tzname)
+
+
+def near_firings() -> list:
+    """This process's cached firings near now in the local zone: [[schedule, window, lo,
+    hi, firings]], for a process that starts anew every minute (the notify tick) to keep."""
+    zone = _zone()
+    return [[schedule, window, lo, hi, found]
+            for (schedule, z, window), (lo, hi, found) in _NEAR.items() if z == zone]
+
+
+def keep_near_firings(entries: list) -> None:
+    """Take firings near_firings() gave, worked out in this same local zone."""
+    zone = _zone()
+    for schedule, window, lo, hi, found in entries[:_NEAR_MAX]:
+        _NEAR[(schedule, zone, window)] = (lo, hi, found)
+
+
+class Schedules:
+    """Firings near one `now` for many crons, sharing the local clocks they need."""
+
+    def __init__(self, now: int):
+        self.now = now
+        self._clocks: dict = {}
+        self._found: dict = {}  # (schedule, (lo, hi)) -> firings: crons share schedules
+        self._around: dict = {}
+
+    def _firings(self, schedule: str, window: int) -> list:
+        """The firings in [now - window, now + window]."""
+        now = self.now
+        lo, hi = now - window, now + 1 + window
+        found = self._found.get((schedule, window))
+        if found is None:
+            key = (schedule, _zone(), window)
+            cached = _NEAR.get(key)
+            if cached is not None and cached[0] <= lo and hi <= cached[1]:
+                found = [f for f in cached[2] if lo <= f < hi]
+            else:
+                # Evaluated two hours ahead of now and kept across reads: the next reads
+                # of the coming two hours find it there.
+                ahead = hi + _WINDOWS[0]
+                found = self._evaluate(schedule, lo, ahead)
+                if len(found) <= _NEAR_FIRINGS:
+                    if len(_NEAR) >= _NEAR_MAX:
+                        _NEAR.clear()
+                    _NEAR[key] = (lo, ahead, found)
+                found = [f for f in found if f < hi]
+            self._found[(schedule, window)] = found
+        return found
+
+    def _evaluate(self, schedule: str, lo: int, hi: int) -> list:
+        from qlshadow.watch.reconcile import LocalClock, firings
+        clock = self._clocks.get((lo, hi))
+        if clock is None:
+            clock = self._clocks[(lo, hi)] = LocalClock(lo - 2 * _DAY, hi + 2 * _DAY)
+        return firings(schedule, lo, hi, clock)
+
+    def around(self, schedule: str) -> Firings:
+        found = self._around.get(schedule)
+        if found is None:
+            from cronsim import CronSimError
+            try:
+                found = self._search(schedule)
+            except (CronSimError, ValueError):  # a date no calendar has (31 February)
+                found = NO_FIRINGS
+            self._around[schedule] = found
+        return found
+
+    def _search(self, schedule: str) -> Firings:
+        now = self.now
+        due_before = now - _MINUTE + 1  # a firing is due once its minute has ended
+        due: list = []
+        upcoming = None
+        for window in _WINDOWS:
+            # Both directions in one evaluation; wider only while something is missing.
+            found = self._firings(schedule, window)
+            due = [f for f in found if f < due_before]
+            later = [f for f in found if f > now]
+            if upcoming is None and later:
+                upcoming = later[0]
+            if len(due) >= 2 and upcoming is not None:
+                break
+        return Firings(due[-2:], upcoming, lambda t: self._first_after(schedule, t))
+
+    def between(self, schedule: str, lo: int, hi: int) -> list:
+        """The firings in [lo, hi), lo at most a month before now (else from a month ago)."""
+        for window in _WINDOWS[:3]:
+            if lo >= self.now - window or window == _WINDOWS[2]:
+                return [f for f in self._firings(schedule, window) if lo <= f < hi]
+        return []
+
+    def _first_after(self, schedule: str, t: int) -> int | None:
+        # The windows around() already used, so their clocks are reused; a streak of misses
+        # older than a month is reported from a month ago.
+        for window in _WINDOWS[:3]:
+            if t + 1 < self.now - window and window != _WINDOWS[2]:
+                continue
+            found = [f for f in self._firings(schedule, window) if f > t]
+            if found:
+                return found[0]
+        return None
+
+
+def read_all(now: int | None = None, shadow: bool = True, cron_id: int | None = None,
+             count_missed: bool = False) -> list:
+    """The health of every cron (or one), problems first (see order); read-only.
+
+    count_missed adds "missed_recent" to each: the missed firings since the oldest of its
+    recent executions (or since it was created or last changed), at most a month back.
+    """
+    from qlshadow.watch.reconcile import clock_steps, is_active
+    now = int(time.time()) if now is None else now
+    with database.atomic():  # one snapshot; a read takes no write lock
+        query = Cron.select().order_by(Cron.id).limit(MAX_CRONS)
+        if cron_id is not None:
+            query = query.where(Cron.id == cron_id)
+        crons = list(query.dicts())
+        ids = [c["id"] for c in crons]
+        recent = recent_executions(ids, shadow)
+        lacking = [i for i in ids if recent[i]
+                   and not any(not e.open and e.exit_code == 0 for e in recent[i])]
+        older = _older_successes(lacking)
+        steps = clock_steps(now - _WINDOWS[2], now + 1)  # a few rows, read whole
+    schedules = Schedules(now)
+    healths = []
+    for cron in crons:
+        active = is_active(cron)
+        firings = schedules.around(cron["schedule"]) if active else NO_FIRINGS
+        found = evaluate(cron, recent[cron["id"]], firings, now, older.get(cron["id"]), steps)
+        if count_missed:
+            found["missed_recent"] = _missed_recent(cron, recent[cron["id"]], found["grace"],
+                                                    schedules, now, steps) if active else 0
+        healths.append(found)
+    return order(healths)
+
+
+def _missed_recent(cron: dict, executions: list, grace: int, schedules: Schedules,
+                   now: int, steps: list = ()) -> int:
+    judged_from = max(cron["created_at"], cron["updated_at"]) + 1
+    lo = min((e.start for e in executions), default=judged_from)
+    lo = max(lo, judged_from, now - 31 * _DAY)
+    expected = schedules.between(cron["schedule"], lo, now - _MINUTE - grace + 1)
+    return missed_firings(cron, executions, expected, grace, now, steps)

@@ -1,0 +1,66 @@
+"""The web app: the factory, the request hook (path case, connection) and the blueprints.
+
+Each view declares the scope it needs with common.requires_scope; the core it calls
+raises qlshadow.errors, which errors.py turns into JSON answers.
+"""
+from __future__ import annotations
+
+from flask import Flask, request
+
+from qlshadow import config
+from qlshadow.storage import db, retention
+from qlshadow.core.auth import ensure_system_app
+from qlshadow.core.runtime import KEY as RUNTIME_KEY
+from qlshadow.core.runtime import Runtime
+from qlshadow.web.views import (auth, callback, crons, errors, health, metrics, notifications, page,
+                                reconcile, runs)
+from qlshadow.web.views.common import PathId
+from qlshadow.web.views.errors import ApiError
+
+
+def create_app(settings: config.Settings | None = None, init_db: bool = True) -> Flask:
+    """Build the Flask app over the configured database (created/upgraded when init_db)."""
+    settings = settings or config.load()
+    app = Flask("qlshadow")
+    app.config.update(MAX_CONTENT_LENGTH=settings.max_body)
+    app.extensions["qlshadow"] = settings
+    app.extensions[RUNTIME_KEY] = Runtime(settings)
+    app.json.sort_keys = False
+    app.json.compact = True
+    if settings.lang != "en":  # an English server never loads the translation module
+        from qlshadow import i18n
+        i18n.set_default(settings.lang)
+
+    database, journal = db.open_database(settings, create=init_db)
+    app.extensions["qlshadow.journal"] = journal
+    if init_db:
+        with database.connection_context(), db.write_transaction():
+            ensure_system_app()
+        if db.is_sqlite():
+            retention.make_reserve(settings.data_dir)  # what `prune` frees on a full disk
+
+    init_app(app)
+    errors.init_app(app)
+    return app
+
+
+def init_app(app) -> None:
+    """Register the request hook, every blueprint and the callback route on app."""
+    # Werkzeug would answer "/open//crons/status" with an HTML 308 redirect, which no error
+    # handler sees; unmerged, such a path is a plain JSON 404. Set before rules are added.
+    app.url_map.merge_slashes = False
+    # Every `<int:...>` in a path: ASCII digits only, as the one integer rule reads ids.
+    app.url_map.converters["int"] = PathId
+    for module in (crons, runs, auth, health, reconcile, metrics, notifications, page):
+        app.register_blueprint(module.bp)
+    app.before_request(_guard)
+    callback.init_app(app)
+
+
+def _guard():
+    path = request.path
+    if path[:6].lower() == "/open/" and path != path.lower():
+        raise ApiError(400, "Paths are case-sensitive; use the lowercase path.")
+    if request.routing_exception is not None or path == "/health":
+        return  # 404/405 need no database; /health reports on it itself
+    db.ensure_connection()
