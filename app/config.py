@@ -107,7 +107,7 @@ class Settings:
     # dataclasses.replace (scripts/bench.py's design space, scripts/bench_storage.py).
     # SQLite pragmas put over db.SQLITE_PRAGMAS (a page_size applies to a new file only);
     sqlite_pragmas: tuple = ()
-    # False: callbacks bump no in-process counters (metrics.Uncounted), /metrics shows zeros.
+    # False: callbacks bump no in-process counters (counters.Uncounted), /metrics shows zeros.
     count_metrics: bool = True
     # False: the Shadow write runs without its fail-open savepoint (what the savepoint costs,
     # scripts/guarantee_costs.py); a failed Shadow write then aborts the callback's whole

@@ -38,7 +38,7 @@ import uuid
 
 from qlshadow import config
 from qlshadow.storage import db
-from qlshadow.watch import metrics
+from qlshadow.core.counters import Uncounted
 from qlshadow.core.runtime import KEY as RUNTIME_KEY
 from qlshadow.core.auth import system_token
 from qlshadow.web.views import create_app
@@ -264,12 +264,12 @@ def main(argv=None) -> int:
         "without it": with_settings(shadow_savepoint=False),
     }, args.callbacks, args.repeats, 0)
 
-    # Counters are the app's Runtime's: metrics.Uncounted in its place counts nothing.
+    # Counters are the app's Runtime's: Uncounted in its place counts nothing.
     runtime = wsgi.extensions[RUNTIME_KEY]
     counting = runtime.counters
 
     def counters_off():
-        runtime.counters = metrics.Uncounted()
+        runtime.counters = Uncounted()
 
     def counters_back():
         runtime.counters = counting

@@ -9,7 +9,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from qlshadow.storage import db
-from qlshadow.watch import metrics
+from qlshadow.core.counters import Counters
 from qlshadow.core.auth import create_app_record, issue_token
 from qlshadow.storage.models import App, database
 from helpers import ONE_BACKEND, STATUS_PATH, cli_env, run_cli
@@ -157,7 +157,7 @@ def test_a_failed_write_is_counted_as_a_write_error(client, auth, make_cron, scr
 
 
 def test_counters_lose_no_increment_across_threads():
-    counters = metrics.Counters()
+    counters = Counters()
 
     def hammer():
         for _ in range(20000):

@@ -1,5 +1,5 @@
 """A Run open at a reboot is closed as lost at reboot by the first start of the next boot; a
-restart of the service in the same boot closes nothing (shadow/reboot.py). Closing is
+restart of the service in the same boot closes nothing (storage/reboot.py). Closing is
 SQLite's (one host); on PostgreSQL, which hosts may share, a new boot closes nothing."""
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from qlshadow.storage import db
 from qlshadow.storage.models import (CRON_IDLE, CRON_RUNNING, INSTANCE_FINISHED, INSTANCE_STOPPED,
                                      Cron, HostBoot, RunningInstance)
-from qlshadow.core.shadow.reboot import boot_id, note_boot
+from qlshadow.storage.reboot import boot_id, note_boot
 from helpers import cli_env, run_cli, table_rows
 from reconcile_history import fire, new_cron
 

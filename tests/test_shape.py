@@ -117,6 +117,45 @@ def test_imports_between_modules_go_one_way():
     assert cycles == []
 
 
+# The layers, lowest first: the base is every module directly under app/; each sub-package
+# is one layer, and a module imports only its own layer and those before it, lazily or not.
+LAYERS = ("base", "storage", "core", "host", "service", "watch", "web", "cli")
+# (importer, imported) pairs allowed to import upward, each with its reason. None now.
+UPWARD_ALLOWED: dict = {}
+
+
+def _layer(name: str) -> str:
+    part = name.split(".")[1] if "." in name else "base"
+    return part if part in LAYERS else "base"
+
+
+def upward_imports(modules: dict) -> list:
+    """'importer -> imported' for each import of a module in a later layer."""
+    found = []
+    for name, (path, tree) in modules.items():
+        for target in _imports(name, path, tree):
+            if (target in modules and LAYERS.index(_layer(target)) > LAYERS.index(_layer(name))
+                    and (name, target) not in UPWARD_ALLOWED):
+                found.append(f"{name} -> {target}")
+    return sorted(found)
+
+
+def test_each_sub_package_of_app_is_a_layer():
+    packages = {name.split(".")[1] for name in _modules() if name.count(".") >= 2}
+    assert packages <= set(LAYERS)
+
+
+def test_the_layer_check_sees_an_upward_import_even_inside_a_function():
+    core = ("app/core/x.py", ast.parse("def f():\n    from qlshadow.watch import metrics\n"))
+    watch = ("app/watch/metrics.py", ast.parse("from qlshadow.core import x\n"))
+    modules = {"qlshadow.core.x": core, "qlshadow.watch.metrics": watch}
+    assert upward_imports(modules) == ["qlshadow.core.x -> qlshadow.watch.metrics"]
+
+
+def test_each_layer_imports_only_the_layers_below_it():
+    assert upward_imports(_modules()) == []
+
+
 def test_every_open_route_but_the_token_exchange_declares_its_scope(app):
     undeclared = []
     for rule in app.url_map.iter_rules():

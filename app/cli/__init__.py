@@ -307,8 +307,22 @@ def cmd_import(args) -> int:
                 except crontab.CrontabError as exc:
                     raise CliError(f"nothing was imported: {exc}") from None
                 print(f"qlshadow: crontab: {outcome}", file=sys.stderr)
-    sys.stdout.write(qlimport.report(entries, args.dry_run))
+    sys.stdout.write(import_report(entries, args.dry_run))
     return 1 if any(e["outcome"] == qlimport.REFUSED for e in entries) else 0
+
+
+def import_report(entries: list, dry_run: bool) -> str:
+    """The table of what was (or, dry, would be) imported, kept and refused, and a total."""
+    from qlshadow.cli.textout import Column, table, terminal_width
+    from qlshadow.service.qlimport import IMPORTED, KEPT, REFUSED
+    word = {IMPORTED: "would import" if dry_run else IMPORTED, KEPT: KEPT, REFUSED: REFUSED}
+    columns = [Column("qinglong id"), Column("id", right=True), Column("name", shrink=True),
+               Column("outcome"), Column("reason", shrink=True)]
+    rows = [[e["source"], e["id"], e["name"], word[e["outcome"]], e["reason"]] for e in entries]
+    counts = {key: sum(e["outcome"] == key for e in entries) for key in word}
+    total = (f"{word[IMPORTED]} {counts[IMPORTED]}, kept {counts[KEPT]}, refused "
+             f"{counts[REFUSED]}" + ("; nothing was written (dry run)" if dry_run else ""))
+    return (table(columns, rows, terminal_width()) if rows else "no crons in the file\n") + total + "\n"
 
 
 def cmd_adopt(args) -> int:

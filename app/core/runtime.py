@@ -18,8 +18,8 @@ import threading
 import time
 
 from qlshadow.storage import db, retention
-from qlshadow.watch import metrics
 from qlshadow.core.auth import TokenCache
+from qlshadow.core.counters import Counters, Uncounted
 
 log = logging.getLogger("qlshadow")
 
@@ -32,7 +32,7 @@ class Runtime:
 
     def __init__(self, settings):
         self.tokens = TokenCache()
-        self.counters = metrics.Counters() if settings.count_metrics else metrics.Uncounted()
+        self.counters = Counters() if settings.count_metrics else Uncounted()
         self.writes = db.WriteHealth()
         self.pruner = retention.Pruner(retention.policy_of(settings))
 

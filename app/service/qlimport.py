@@ -290,18 +290,3 @@ def _insert(entry: dict, now: int, Cron, database, IntegrityError) -> None:
             entry["id"] = Cron.insert(**values).execute()
     except IntegrityError:
         entry.update(outcome=REFUSED, reason=f"id {entry['id']} was taken while importing.")
-
-
-# --- the report -----------------------------------------------------------------------------
-
-def report(entries: list, dry_run: bool) -> str:
-    """The table of what was (or, dry, would be) imported, kept and refused, and a total."""
-    from qlshadow.cli.textout import Column, table, terminal_width
-    word = {IMPORTED: "would import" if dry_run else IMPORTED, KEPT: KEPT, REFUSED: REFUSED}
-    columns = [Column("qinglong id"), Column("id", right=True), Column("name", shrink=True),
-               Column("outcome"), Column("reason", shrink=True)]
-    rows = [[e["source"], e["id"], e["name"], word[e["outcome"]], e["reason"]] for e in entries]
-    counts = {key: sum(e["outcome"] == key for e in entries) for key in word}
-    total = (f"{word[IMPORTED]} {counts[IMPORTED]}, kept {counts[KEPT]}, refused "
-             f"{counts[REFUSED]}" + ("; nothing was written (dry run)" if dry_run else ""))
-    return (table(columns, rows, terminal_width()) if rows else "no crons in the file\n") + total + "\n"

@@ -15,6 +15,9 @@ database = DatabaseProxy()
 CRON_RUNNING, CRON_IDLE, CRON_DISABLED, CRON_QUEUED = 0, 1, 2, 3
 # RunningInstance.status codes (2.x)
 INSTANCE_RUNNING, INSTANCE_FINISHED, INSTANCE_STOPPED, INSTANCE_ERROR = 0, 1, 2, 3
+# ShadowRun.created_running of a Run open when its host rebooted, closed by the first
+# opening of the next boot (storage/reboot.py): exited, with no exit code.
+LOST_AT_REBOOT = 2
 
 
 def storable(text: str) -> bool:
@@ -172,7 +175,7 @@ class ShadowRun(BaseModel):
     # a byte or none on SQLite where the full time takes six.
     created_after = BigIntegerField()  # any pair of times the API takes: 64 bits
     # 1 when the first callback was "running"; 2 as well, and the Run was then closed as
-    # lost at a reboot (shadow.LOST_AT_REBOOT; it has finished_at and no exit code).
+    # lost at a reboot (LOST_AT_REBOOT; it has finished_at and no exit code).
     created_running = SmallIntegerField()
 
     class Meta:
@@ -249,7 +252,7 @@ AlertDelivery.add_index(AlertDelivery.index(AlertDelivery.next_at,
 class HostBoot(BaseModel):
     """The boot (the kernel's boot id) in which a host last opened the database for writing:
     the first opening in a new boot closes the Runs the boot before left open
-    (shadow/reboot.py). One row per host, read once per start."""
+    (storage/reboot.py). One row per host, read once per start."""
     host = TextField(primary_key=True)
     boot_id = TextField()
     seen_at = BigIntegerField()

@@ -228,10 +228,18 @@ def _step_slim_runs(db: Database) -> str:
     return f"shadow_runs slimmed: its Runs move from {OLD_RUNS_TABLE} in batches"
 
 
+# What the slimming step stores, frozen as the step was written: a later change to the live
+# id code (core/shadow) must not change how an old database upgrades.
+_SLIM_ORIGINS = ("scheduled_system",)  # a Run's origin is stored as its position here
+
+
+def _uuid_bytes(text: str) -> bytes:
+    """The 16 bytes of a UUID written as lowercase text."""
+    return bytes.fromhex(text.replace("-", ""))
+
+
 def _slim(row: tuple) -> tuple:
     """A version-1 Run row (MOVE_COLUMNS order) in the slim table's columns (MOVED order)."""
-    from qlshadow.core.shadow import ORIGINS
-    from qlshadow.core.shadow.ids import request_uuid, uuid_bytes
     (accepted, run, request, cron, revision, origin, state, pid, log_path, started, finished,
      exit_code, events) = row
     first = events.split(None, 3)  # accepted@t spawned@t [running@t] ...
@@ -241,9 +249,9 @@ def _slim(row: tuple) -> tuple:
         finished = int(events.rpartition("@")[2])
     elif state != "exited":
         finished = None
-    return (accepted, uuid_bytes(run), request_uuid(request), cron, bytes.fromhex(revision),
-            ORIGINS.index(origin), pid, log_path, None if started is None else started - accepted,
-            finished, exit_code, created - accepted, running)
+    return (accepted, _uuid_bytes(run), _uuid_bytes(request.rsplit(":", 1)[1]), cron,
+            bytes.fromhex(revision), _SLIM_ORIGINS.index(origin), pid, log_path,
+            None if started is None else started - accepted, finished, exit_code, created - accepted, running)
 
 
 def _driver_errors(db: Database) -> tuple:
@@ -386,8 +394,8 @@ def upgrade_schema(cause: Callable[[BaseException], str] = _first_line) -> str:
 
 
 def _note_boot(db: Database) -> None:
-    """Close the Runs a reboot left open (shadow/reboot.py); a failure only delays it."""
-    from qlshadow.core.shadow.reboot import note_boot
+    """Close the Runs a reboot left open (storage/reboot.py); a failure only delays it."""
+    from qlshadow.storage.reboot import note_boot
     try:
         note_boot(db)
     except DatabaseError as exc:

@@ -2,8 +2,8 @@
 loop; prints microseconds per callback.
 """
 import time
-from qlshadow.watch import metrics
-counters = metrics.Counters()
+from qlshadow.core.counters import Counters
+counters = Counters()
 n = 200000
 t = time.process_time()
 for _ in range(n):

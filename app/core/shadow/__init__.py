@@ -9,10 +9,7 @@ def run_state(finished_at) -> str:
     """A stored Run's state: the writer stores Runs running or exited, and only an exited
     one has finished_at (models.ShadowRun keeps no state column)."""
     return "running" if finished_at is None else "exited"
-# A Run open when its host rebooted: closed by the first start of the next boot (reboot.py),
-# stored as this value of created_running; it is exited with no exit code, and its JSON
-# says so in "outcome".
-LOST_AT_REBOOT = 2
+# How a Run closed at a reboot (models.LOST_AT_REBOOT) says so in its JSON "outcome".
 LOST_AT_REBOOT_WORDS = "lost at reboot"
 # Where a Run came from, stored as its position here; each with its fixed trigger fields
 # (trigger_type, triggered_by, execution_owner). Append only: positions are stored.

@@ -5,8 +5,8 @@ import re
 
 from peewee import Tuple
 
-from qlshadow.storage.models import ShadowFailure, ShadowRun
-from qlshadow.core.shadow import LOST_AT_REBOOT, LOST_AT_REBOOT_WORDS, ORIGINS, TRIGGERS, run_state
+from qlshadow.storage.models import LOST_AT_REBOOT, ShadowFailure, ShadowRun
+from qlshadow.core.shadow import LOST_AT_REBOOT_WORDS, ORIGINS, TRIGGERS, run_state
 from qlshadow.core.shadow.ids import (MAX_SECONDS, PROJECT_ID, attempt_id, request_id_of,
                                       seconds_of_run_id, uuid_bytes, uuid_text)
 

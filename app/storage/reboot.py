@@ -17,8 +17,8 @@ import logging
 import socket
 import time
 
-from qlshadow.storage.models import CRON_IDLE, CRON_RUNNING, INSTANCE_RUNNING, INSTANCE_STOPPED
-from qlshadow.core.shadow import LOST_AT_REBOOT
+from qlshadow.storage.models import (CRON_IDLE, CRON_RUNNING, INSTANCE_RUNNING, INSTANCE_STOPPED,
+                                     LOST_AT_REBOOT)
 
 log = logging.getLogger("qlshadow")
 
