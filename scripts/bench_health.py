@@ -4,7 +4,7 @@
 Fills a fresh database directly (the product's schema, then plain INSERTs), with a Legacy
 instance beside every Run, crons of a router-like mix of schedules and a few failing,
 stuck or missed ones, then times read_all() on a warm connection, as the API, the
-status command and /metrics call it. The budget (docs/CONTRACT.md §12) is 50 ms.
+status command and /metrics call it. The budget (docs/CONTRACT.md §13.1) is 50 ms.
 
 Usage: scripts/bench_health.py [--crons N] [--runs-per-cron N] [--repeat K] [--distinct]
                                [--pg-url URL]

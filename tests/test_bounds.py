@@ -1,4 +1,4 @@
-"""Times and ids bounded at the API (docs/CONTRACT.md §2.3, §3): times past 2^32 - 1 are a
+"""Times and ids bounded at the API (docs/CONTRACT.md §3.1, §3.2): times past 2^32 - 1 are a
 400 naming the field with nothing written, an execution id past it is an accept failure
 (never a refused callback), and an id past 64 bits is a 404 or a 400, never a 500 (both
 databases)."""

@@ -1,4 +1,4 @@
-"""The `qlshadow` command (CONTRACT.md §6): db init, app create,
+"""The `qlshadow` command (CONTRACT.md §10): db init, app create,
 cron add|list|show|rm|enable|disable, serve keeping data, and --help everywhere. Commands
 run as real child processes."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The 2.x cron endpoints (CONTRACT.md §2.4): list, show, create, update, delete, enable, disable,
+"""The 2.x cron endpoints (CONTRACT.md §4): list, show, create, update, delete, enable, disable,
 instances; schedule validation; 2.x field names and numeric codes."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Crontab rendering (CONTRACT.md §5.1): system vs node mode, comments, atomic writes,
+"""Crontab rendering (CONTRACT.md §11.1–§11.4): system vs node mode, comments, atomic writes,
 installation."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""GET /health (CONTRACT.md §2.6): no token, the service's shape, 503 when the database is really
+"""GET /health (CONTRACT.md §7): no token, the service's shape, 503 when the database is really
 unreachable, and recovery without a restart."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Init scripts (CONTRACT.md §7): the SysV script started and stopped for real under BusyBox ash,
+"""Init scripts (CONTRACT.md §14): the SysV script started and stopped for real under BusyBox ash,
 dash and bash, with and without start-stop-daemon; the systemd unit. The procd script has
 tests/test_procd.py."""
 from __future__ import annotations

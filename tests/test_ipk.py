@@ -1,4 +1,4 @@
-"""The OpenWrt 24.10 package (CONTRACT.md §7): scripts/build-ipk.sh builds an ipkg-build style
+"""The OpenWrt 24.10 package (CONTRACT.md §14): scripts/build-ipk.sh builds an ipkg-build style
 .ipk that unpacks with plain tar and gzip, and the unpacked tree runs on a bare Python 3.11
 (the release's) with nothing installed, on the libraries it carries, writing nothing beside
 its own files."""

@@ -1,4 +1,4 @@
-"""The 2.x status callback, PUT/POST /open/crons/status: rules 1-5 of CONTRACT.md §2.3 and its
+"""The 2.x status callback, PUT/POST /open/crons/status: rules 1-5 of CONTRACT.md §3.1 and its
 strict parsing (an ill-typed Legacy field is a 400 that writes nothing)."""
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """OPTIONS is a method no path takes: a JSON 405 with an Allow header naming the methods the
-path does take (docs/CONTRACT.md §2.1, §11), on the status page, /metrics and the API."""
+path does take (docs/CONTRACT.md §2.1, §8, §9), on the status page, /metrics and the API."""
 from __future__ import annotations
 
 import pytest

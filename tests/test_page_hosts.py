@@ -1,4 +1,4 @@
-"""The status page answers only at the box's own names and addresses (docs/CONTRACT.md §11):
+"""The status page answers only at the box's own names and addresses (docs/CONTRACT.md §9):
 a request naming another host in Host — DNS rebinding, a site whose name was made to
 resolve to the router — gets a 421 with one sentence on every page route and no session;
 the API, the callback and /health answer under any Host (both databases)."""

@@ -1,4 +1,4 @@
-"""Each page needs the scope its API needs (docs/CONTRACT.md §2.2, §11): an app with only
+"""Each page needs the scope its API needs (docs/CONTRACT.md §2.2, §9): an app with only
 `crons` sees the crons, their health and the alert log, but no Run, no task log, no
 execution, no accept failure and no gate, signed in by secret or by token (both databases)."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The procd init script (conf/qlshadow.init, CONTRACT.md §7): start_service and
+"""The procd init script (conf/qlshadow.init, CONTRACT.md §14): start_service and
 service_triggers run under BusyBox ash, dash and bash against stand-ins for rc.common's UCI
 helpers and procd's shell API (tests/openwrt.py). Every service setting has a UCI option
 that reaches the environment; a bad value is one log line and no start, with the same

@@ -1,4 +1,4 @@
-"""The same callback at the same instant (CONTRACT.md §4.8), through real waitress servers.
+"""The same callback at the same instant (CONTRACT.md §3.10), through real waitress servers.
 
 16 client threads are released together by a barrier, against one server or split over two
 server processes that share one PostgreSQL database or one SQLite file. The database's

@@ -1,4 +1,4 @@
-"""Fail open (CONTRACT.md §4.6): a database error inside the Shadow write never costs the
+"""Fail open (CONTRACT.md §3.8): a database error inside the Shadow write never costs the
 Legacy write.
 
 The error is real: a trigger on shadow_runs that raises, on SQLite and on PostgreSQL.

@@ -1,4 +1,4 @@
-"""execution_id parsing (CONTRACT.md §3); deterministic ids and task revision (§4.4, with its
+"""execution_id parsing (CONTRACT.md §3.2); deterministic ids and task revision (§3.6, with its
 known values)."""
 from __future__ import annotations
 

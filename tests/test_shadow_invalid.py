@@ -1,4 +1,4 @@
-"""Callbacks Shadow refuses (CONTRACT.md §3, §4.1): Legacy still written, a bounded accept
+"""Callbacks Shadow refuses (CONTRACT.md §3.2, §3.3): Legacy still written, a bounded accept
 failure."""
 from __future__ import annotations
 

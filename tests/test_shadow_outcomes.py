@@ -1,4 +1,4 @@
-"""The response-loss and reordering outcomes of CONTRACT.md §4.9, through HTTP, on both backends.
+"""The response-loss and reordering outcomes of CONTRACT.md §3.11, through HTTP, on both backends.
 
 Each test checks the Shadow view (API and raw rows), the Legacy rows, and that every
 callback answer is byte-identical to a Shadow-off app's answer to the same requests.
@@ -20,7 +20,7 @@ pytestmark = pytest.mark.shadow_on
 
 
 EXECUTION_ID = "legacy-system:1764460800:3f2b8c1e-9d4a-4e6b-8f1a-2c3d4e5f6a7b"
-RUN_ID = "019ad20f-2800-7b96-9e03-1ff0f2a0435b"  # CONTRACT.md §4.4 known values
+RUN_ID = "019ad20f-2800-7b96-9e03-1ff0f2a0435b"  # CONTRACT.md §3.6 known values
 ATTEMPT_ID = "019ad20f-2800-710a-80b0-4803e8247736"
 REVISION = "a99e6d54ea1f387e8640c8861ac48f9ab4f12934e484f5e37f335e72d9898302"
 CRON = {"name": "backup", "command": "task backup.sh", "schedule": "*/5 * * * *"}

@@ -1,4 +1,4 @@
-"""Random interleavings of callbacks and cron edits against a reference model of CONTRACT.md §4.
+"""Random interleavings of callbacks and cron edits against a reference model of CONTRACT.md §3.
 
 The model below is written from the contract's words alone (it imports nothing from the
 writer): a Run per execution, forward-only states, events added once, exact replay, and

@@ -1,4 +1,4 @@
-"""scripts/smoke.sh (CONTRACT.md §7): a curl-only check of a running service that passes against a
+"""scripts/smoke.sh (CONTRACT.md §14): a curl-only check of a running service that passes against a
 live server on either backend, says when the Shadow check was skipped, leaves no cron behind,
 and fails with a clear line against a stopped server or with a wrong token."""
 from __future__ import annotations

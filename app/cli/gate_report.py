@@ -1,6 +1,6 @@
 """The reconciliation gate's report as text for a terminal (`qlshadow reconcile`).
 
-It turns the document reconcile.reconcile returns (docs/CONTRACT.md §10) into one row
+It turns the document reconcile.reconcile returns (docs/CONTRACT.md §6) into one row
 per cron, in local time, then why the verdict is what it is (`--json` prints the document).
 """
 from __future__ import annotations

@@ -55,7 +55,7 @@ class NeverReusedAutoField(AutoField):
 
 
 # A cron's definition: every field its user sets (crons.py checks each). The task revision
-# covers exactly these fields (docs/CONTRACT.md §4.4), and the callback reads them back
+# covers exactly these fields (docs/CONTRACT.md §3.6), and the callback reads them back
 # with its update (legacy.py). Here, below every module that needs the list.
 DEFINITION_FIELDS = ("name", "command", "schedule", "extra_schedules", "task_before",
                      "task_after", "work_dir", "log_name", "allow_multiple_instances")

@@ -3,7 +3,7 @@
 `evaluate` is a pure function of (cron, recent executions, firings around now, now): the
 API, `qlshadow status`, /metrics and a later `notify` tick all call it through `read_all`,
 which reads what it needs for every cron in a few statements, each an index seek per cron
-(never a scan of the history). docs/CONTRACT.md §12 defines the states.
+(never a scan of the history). docs/CONTRACT.md §13.1 defines the states.
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from qlshadow.storage.models import Cron, database
 from qlshadow.timefmt import local_text
 
 # Every state, the problems first. evaluate() takes the first that holds in the order
-# paused, stuck, missed, failed, late, running, new, ok (docs/CONTRACT.md §12).
+# paused, stuck, missed, failed, late, running, new, ok (docs/CONTRACT.md §13.1).
 STATES = ("failed", "missed", "stuck", "late", "running", "new", "paused", "ok")
 PROBLEMS = ("failed", "missed", "stuck", "late")
 # Listing order: problems (newest first), then these groups in this order.

@@ -29,7 +29,7 @@ json_values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=4)
                            | st.dictionaries(st.text(max_size=8), inner, max_size=4),
                            max_leaves=10)
 digit_strings = st.from_regex(r"\A[0-9]{1,22}\Z")
-TIME_MAX = 2**32 - 1  # the API's latest second (docs/CONTRACT.md §2.3)
+TIME_MAX = 2**32 - 1  # the API's latest second (docs/CONTRACT.md §3.1)
 near_valid_ids = st.builds(
     lambda s, u, case: (f"legacy-system:{s}:{u}".upper() if case else f"legacy-system:{s}:{u}"),
     st.integers(min_value=-1, max_value=TIME_MAX + 2), st.uuids(), st.booleans())

@@ -1,7 +1,7 @@
 """Shadow Runs: execution ids, deterministic Run/Attempt ids and task revisions, the writer
 and the read side (no Flask)."""
 
-# A Run's states, in the order a Run moves through them (docs/CONTRACT.md §4.3).
+# A Run's states, in the order a Run moves through them (docs/CONTRACT.md §3.5).
 RUN_STATES = ("accepted", "spawned", "running", "exited")
 
 

@@ -1,5 +1,5 @@
 """Cron endpoints of 2.x: list, show, create, update, delete, enable, disable, run, instances;
-and the health of every cron (docs/CONTRACT.md §12)."""
+and the health of every cron (docs/CONTRACT.md §13.1, §13.2)."""
 from __future__ import annotations
 
 import logging
