@@ -19,12 +19,13 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 from peewee import (Database, OperationalError, PostgresqlDatabase,
                     SqliteDatabase, Value)
 
-from peewee import __exception_wrapper__ as _driver_errors  # driver errors -> peewee's
 from peewee import logger as _peewee_log
 
 from qlshadow.config import ConfigError, sqlite_file
 from qlshadow.errors import Unavailable
-from qlshadow.storage.models import database
+from qlshadow.storage.models import ShadowRun, database
+from qlshadow.storage.peewee_compat import ConnectHook, check, connection, forget_connection
+from qlshadow.storage.peewee_compat import driver_errors as _driver_errors
 
 log = logging.getLogger("qlshadow")
 
@@ -52,7 +53,7 @@ SQLITE_PRAGMAS = (("synchronous", "full"), ("foreign_keys", 1), ("cache_size", -
                   ("journal_size_limit", WAL_LIMIT_BYTES))
 
 
-class RouterSqliteDatabase(SqliteDatabase):
+class RouterSqliteDatabase(ConnectHook, SqliteDatabase):
     """SqliteDatabase whose rollback does nothing when SQLite already rolled back.
 
     A COMMIT that fails with SQLITE_FULL (or IOERR) makes SQLite roll the transaction back
@@ -72,8 +73,7 @@ class RouterSqliteDatabase(SqliteDatabase):
             return
         super().rollback()
 
-    def _add_conn_hooks(self, conn):
-        super()._add_conn_hooks(conn)
+    def on_connect(self, conn):
         # The checkpoint point is a number of pages: keep it at the same bytes whatever the
         # file's page size (1 KiB for a new database, 4 KiB for one made before).
         conn.execute(f"PRAGMA wal_autocheckpoint = {self.checkpoint_pages or wal_checkpoint_pages(conn)}")
@@ -174,7 +174,7 @@ class Statement:
         params = [values[name] if name is not None else constant for name, constant in order]
         _peewee_log.debug((sql, params))  # as Peewee logs every statement it runs
         with _driver_errors:
-            cursor = db._state.conn.cursor()
+            cursor = connection(db).cursor()
             cursor.execute(sql, params)
         return cursor
 
@@ -213,6 +213,9 @@ def open_database(settings, create: bool = True) -> tuple:
     (app/storage/backup.py), so that nothing makes an empty one in its place.
     Returns (database, journal mode on SQLite or "").
     """
+    problem = check(ShadowRun)  # before anything is opened or made
+    if problem:
+        raise ConfigError(problem)
     _check_data_dir(settings.data_dir, create)
     if create:
         _restore_snapshot(settings)
@@ -321,7 +324,7 @@ def discard_connection() -> None:
     try:
         database.close()
     except Exception:  # a broken connection may fail to close; it is gone either way
-        database.obj._state.reset()
+        forget_connection(database.obj)
 
 
 def write_transaction():
@@ -529,11 +532,11 @@ class _Savepoint:
         # The transaction around it holds this thread's connection open: no need to ask
         # Peewee for it (two calls each way, on every Shadow callback).
         with _driver_errors:
-            database.obj._state.conn.cursor().execute(self._begin)
+            connection(database.obj).cursor().execute(self._begin)
 
     def __exit__(self, kind, error, traceback):
         with _driver_errors:
-            cursor = database.obj._state.conn.cursor()
+            cursor = connection(database.obj).cursor()
             if kind is not None:
                 cursor.execute(self._undo)
             cursor.execute(self._release)

@@ -28,6 +28,7 @@ from qlshadow.errors import Unavailable
 from qlshadow.storage.models import (ALL_MODELS, AlertDelivery, AlertEvent, App, BaseModel,
                                      ClockStep, Cron, HostBoot, RunningInstance, ShadowFailure,
                                      ShadowRun, Token, database)
+from qlshadow.storage.peewee_compat import create_indexes, create_table, set_without_rowid
 
 log = logging.getLogger("qlshadow")
 
@@ -112,7 +113,7 @@ def add_table(db: Database, model) -> None:
 
 def add_indexes(model) -> None:
     """Create those of the model's declared indexes that are missing (by name)."""
-    model._schema.create_indexes(safe=True)
+    create_indexes(model)
 
 
 def add_column(db: Database, model, field_name: str) -> None:
@@ -169,7 +170,7 @@ def _step_release_before_versions(db: Database) -> str | None:
     if db.table_exists("shadow_runs") and \
             db.get_primary_keys("shadow_runs") == ["project_id", "idempotency_key"]:
         done = _rekey_runs(db)
-    RunV1._meta.without_rowid = isinstance(db, SqliteDatabase)
+    set_without_rowid(RunV1, isinstance(db, SqliteDatabase))
     for model in V1_MODELS:
         add_table(db, RunV1 if model is ShadowRun else model)
     add_indexes(RunningInstance)
@@ -191,7 +192,7 @@ def _rekey_runs(db: Database) -> str:
         for index in db.get_indexes("shadow_runs_old"):  # they moved with the table
             if index.sql:  # not a key's own index, which goes with the table
                 db.execute_sql(f'DROP INDEX "{index.name}"')
-        RunV1._meta.without_rowid = True
+        set_without_rowid(RunV1, True)
         db.create_tables([RunV1])
         db.execute_sql(f'INSERT INTO "shadow_runs" ({columns}) '
                        f'SELECT {columns} FROM "shadow_runs_old"')
@@ -219,7 +220,7 @@ def _step_slim_runs(db: Database) -> str:
         db.execute_sql(f'ALTER TABLE "{OLD_RUNS_TABLE}" RENAME CONSTRAINT "shadow_runs_pkey" '
                        f'TO "{OLD_RUNS_TABLE}_pkey"')
         db.execute_sql(f'ALTER INDEX "shadow_runs_cron" RENAME TO "{OLD_RUNS_TABLE}_cron"')
-    ShadowRun._schema.create_table()
+    create_table(ShadowRun)
     if not sqlite:
         add_indexes(ShadowRun)
     # SQLite cannot rename an index, and dropping a full one writes each of its pages, which
@@ -367,7 +368,7 @@ def upgrade_schema(cause: Callable[[BaseException], str] = _first_line) -> str:
     """
     db = database.obj
     sqlite = isinstance(db, SqliteDatabase)
-    ShadowRun._meta.without_rowid = sqlite
+    set_without_rowid(ShadowRun, sqlite)
     mode = ""
     with db.connection_context():
         if sqlite:
