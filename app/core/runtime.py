@@ -28,13 +28,14 @@ KEY = "qlshadow.core.runtime"  # where create_app keeps it: app.extensions[KEY]
 
 class Runtime:
     """The mutable state of one app; each part is safe to use from every request thread."""
-    __slots__ = ("tokens", "counters", "writes", "pruner")
+    __slots__ = ("tokens", "counters", "writes", "pruner", "database")
 
     def __init__(self, settings):
         self.tokens = TokenCache()
         self.counters = Counters() if settings.count_metrics else Uncounted()
         self.writes = db.WriteHealth()
         self.pruner = retention.Pruner(retention.policy_of(settings))
+        self.database = None  # the app's own database, set by create_app once opened
 
 
 # --- clock steps ----------------------------------------------------------------------------

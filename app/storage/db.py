@@ -198,7 +198,7 @@ def describe(db: Database) -> str:
 
 
 def bind(db: Database) -> None:
-    """Point the models at db (one database per process)."""
+    """Make db the models' default database (the one outside any app's request)."""
     database.initialize(db)
 
 

@@ -5,11 +5,44 @@ on a router. Indexes carry a comment naming the query that needs them.
 """
 from __future__ import annotations
 
+import threading
+
 from peewee import (AutoField, BigIntegerField, BlobField, CompositeKey, DatabaseProxy,
                     ForeignKeyField, IntegerField, Model, NodeList, SmallIntegerField, SQL,
                     SqliteDatabase, TextField)
 
-database = DatabaseProxy()
+
+
+class AppDatabase(DatabaseProxy):
+    """The models' database: the one this thread's request is for (bind_thread, set around
+    each request by the app that owns it), else the process's default (initialize: the
+    database opened last, which is the only one for the CLI and a one-app server). So two
+    apps over two databases in one process each read and write only their own."""
+
+    __slots__ = ("_default", "_local")
+
+    def __init__(self):
+        object.__setattr__(self, "_local", threading.local())
+        object.__setattr__(self, "_default", None)
+        object.__setattr__(self, "_callbacks", [])
+
+    def __setattr__(self, attr, value):
+        object.__setattr__(self, "_default" if attr == "obj" else attr, value)
+
+    @property
+    def obj(self):
+        bound = getattr(self._local, "db", None)
+        return self._default if bound is None else bound
+
+    def bind_thread(self, db):
+        """Make db this thread's database (None: the default again); returns the one before."""
+        local = self._local
+        before = getattr(local, "db", None)
+        local.db = db
+        return before
+
+
+database = AppDatabase()
 
 # Cron.status codes (2.x)
 CRON_RUNNING, CRON_IDLE, CRON_DISABLED, CRON_QUEUED = 0, 1, 2, 3

@@ -32,6 +32,7 @@ def create_app(settings: config.Settings | None = None, init_db: bool = True) ->
         i18n.set_default(settings.lang)
 
     database, journal = db.open_database(settings, create=init_db)
+    app.extensions[RUNTIME_KEY].database = database
     app.extensions["qlshadow.journal"] = journal
     if init_db:
         with database.connection_context(), db.write_transaction():
@@ -41,7 +42,22 @@ def create_app(settings: config.Settings | None = None, init_db: bool = True) ->
 
     init_app(app)
     errors.init_app(app)
+    _own_database(app, database)
     return app
+
+
+def _own_database(app, database) -> None:
+    """Every request of app, the callback route's too, runs on app's own database, whatever
+    another app in the same process opened since (Flask's wsgi_app: its middleware hook)."""
+    inner, models = app.wsgi_app, db.database
+
+    def wsgi_app(environ, start_response):
+        before = models.bind_thread(database)
+        try:
+            return inner(environ, start_response)
+        finally:
+            models.bind_thread(before)
+    app.wsgi_app = wsgi_app
 
 
 def init_app(app) -> None:
