@@ -257,7 +257,7 @@ def test_a_server_answering_callbacks_and_health_loads_nothing_for_pages_and_rea
 
     unneeded = {"qlshadow.web.overview", "qlshadow.watch.health", "qlshadow.core.shadow.reader",
                 "qlshadow.watch.reconcile", "qlshadow.watch.alerts", "qlshadow.watch.notify",
-                "qlshadow.host.logs",
+                "qlshadow.host.logs", "qlshadow.watch.metrics",
                 "qlshadow.cli", "qlshadow.cli.textout", "qlshadow.cli.gate_report", "qlshadow.msgfmt",
                 # a snapshot is restored only when one is there (the first start after a
                 # firmware upgrade); the CLI's own commands
