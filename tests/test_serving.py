@@ -160,15 +160,6 @@ def test_without_a_lane_callbacks_overlap_in_the_toy_app(toy_server):
     assert max(_callbacks_at_once(port, 8)) > b"at most 1 at once"
 
 
-def test_the_loop_lane_runs_only_on_the_waitress_versions_it_was_tested_with():
-    from qlshadow.web.serving import waitress_untested
-
-    assert waitress_untested() is None  # the installed one
-    assert [waitress_untested(v) for v in ("3.0.2", "3.0.9")] == [None] * 2
-    assert [waitress_untested(v) for v in ("2.1.4", "3.0.1", "3.1.0", "4.0", "3.x")] == [
-        "2.1.4", "3.0.1", "3.1.0", "4.0", "3.x"]
-
-
 def test_a_client_that_stops_reading_a_large_answer_blocks_no_one(toy_server):
     _, port, _ = toy_server(2)
     stalled = socket.socket()
@@ -327,21 +318,3 @@ def test_a_port_in_use_is_one_line_naming_the_keys(tmp_path):
     assert result.stderr.splitlines() == [
         f"qlshadow: cannot listen on 127.0.0.1:{port} (QL_HOST/QL_PORT): Address already in use"]
 
-
-UNTESTED_WAITRESS = """
-import importlib.metadata, sys
-installed = importlib.metadata.version
-importlib.metadata.version = lambda name: "3.9.0" if name == "waitress" else installed(name)
-from qlshadow.cli import main
-sys.exit(main(["serve"]))
-"""
-
-
-def test_an_untested_waitress_is_one_warning_line_and_callbacks_take_the_lock_lane(tmp_path):
-    with _serve(tmp_path, "127.0.0.1", code=UNTESTED_WAITRESS) as server:
-        assert _health("127.0.0.1", server.port) == 200
-
-    warnings = [line for line in server.output().splitlines() if "warning" in line]
-    assert warnings == ["qlshadow: warning: waitress 3.9.0 is not a version the callback lane "
-                        "was tested with (>=3.0.2, <3.1); callbacks run on the worker "
-                        "threads, one at a time"]

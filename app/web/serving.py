@@ -15,10 +15,8 @@ Callbacks take a "callback lane" of their own, one of two kinds:
   group commit (group_commit.py): their answers are held until one fsync made them all
   durable, and the listening sockets accept every waiting connection at once, so that
   callbacks arriving together are read by the same poll. This needs waitress names it
-  does not document (its task dispatcher, loop map, trigger, accept, channel, its send and
-  close, and the parsed request), so it runs only on the waitress versions it was tested
-  with (TESTED_WAITRESS); any other version gets one warning line at start-up and the
-  "lock" lane.
+  does not document, all in waitress_compat.py; a waitress that lacks one of them gets one
+  warning line at start-up naming it, and the "lock" lane.
 - "lock": callbacks run on the worker threads, one at a time (a lock): several threads
   running callbacks at once only pass the GIL and SQLite's write lock around.
 PostgreSQL's default is no lane: its statements wait on round trips that other worker
@@ -26,7 +24,6 @@ threads can use.
 """
 from __future__ import annotations
 
-import collections
 import logging
 import signal
 import socket
@@ -44,12 +41,6 @@ log = logging.getLogger("qlshadow")
 # turns, is measured in docs/PERFORMANCE.md. Never a question of correctness: every shared
 # structure here is behind a lock or the database.
 SWITCH_INTERVAL = 0.0005
-# waitress versions the loop lane was tested with, [lowest, first untested).
-TESTED_WAITRESS = ((3, 0, 2), (3, 1))
-# The loop thread answers a callback only on a connection with less than this waiting to be
-# sent: waitress makes a thread that writes past its high watermark (16 MiB) wait for the
-# loop to drain it, and on the loop itself that wait would never end.
-LOOP_OUTBUF_LIMIT = 1024 * 1024
 
 
 class ListenError(Exception):
@@ -120,156 +111,29 @@ def listen_sockets(hosts, port: int) -> list:
                       f"{error.strerror or error}")
 
 
-def waitress_untested(found: str | None = None) -> str | None:
-    """The waitress version (default: the installed one) when the loop lane was not tested
-    with it, else None."""
-    if found is None:
-        from importlib.metadata import version
-        found = version("waitress")
-    try:
-        parts = tuple(int(p) for p in found.split(".")[:3])
-    except ValueError:
-        return found
-    low, high = TESTED_WAITRESS
-    return None if low <= parts and parts[:len(high)] < high else found
-
-
-def _not_yet(data, do_close=True) -> int:
-    """A channel's send while its answer waits for the batch's fsync: nothing sent yet."""
-    return 0
-
-
-class _LoopLane:
-    """waitress's task dispatcher interface: callbacks on the loop thread, the rest to workers.
-
-    waitress hands over each parsed request as its channel (add_task), from the loop thread
-    while it holds the channel's request lock, or from a worker that finished the request
-    before it on the same connection. A callback read by the loop is kept and answered after
-    the poll, when that lock is free; everything else goes to waitress's worker threads.
-
-    With a group commit (group_commit.py) the callbacks of one poll are one batch: each
-    runs its own transaction, and the answers stay in their channels' buffers (the channel
-    sends nothing) until one fsync made the whole batch durable; the next poll sends them.
-    """
-
-    def __init__(self, path: str, group=None):
-        from waitress.task import ThreadedTaskDispatcher
-        self.workers = ThreadedTaskDispatcher()
-        self.path = path
-        self.group = group
-        self.pending = collections.deque()
-        self.loop_thread = threading.get_ident()
-
-    def set_thread_count(self, count: int) -> None:
-        self.workers.set_thread_count(count)
-
-    def add_task(self, channel) -> None:
-        request = channel.requests[0]
-        # A request waitress could not parse has no path (nor command): it goes to a worker,
-        # which answers it with waitress's own "Bad Request", so the error is tested first.
-        if (request.error is None and request.path == self.path
-                and request.command in ("PUT", "POST")
-                and channel.total_outbufs_len < LOOP_OUTBUF_LIMIT
-                and threading.get_ident() == self.loop_thread):
-            self.pending.append(channel)
-        else:
-            self.workers.add_task(channel)
-
-    def run_pending(self) -> None:
-        pending, group = self.pending, self.group
-        held = {}  # channels whose answers wait for the batch's fsync (a channel may come twice)
-        while pending:
-            channel = pending.popleft()
-            if group is not None:
-                channel.send = _not_yet  # waitress's one way to the socket, held back
-                held[channel] = None
-            try:
-                channel.service()  # answers every error itself; a defect below is logged
-            except Exception:
-                log.exception("unexpected error while answering a callback on %r", channel)
-        if held:
-            durable = group.sync()
-            for channel in held:
-                del channel.send
-                if not durable:
-                    channel.handle_close()  # no answer rather than one the disk may not keep
-
-    def shutdown(self, cancel_pending: bool = True, timeout: float = 5) -> bool:
-        while self.pending:
-            self.pending.popleft().cancel()
-        return self.workers.shutdown(cancel_pending, timeout)
-
-
-def _accept_all(listener):
-    """A listening server's handle_accept that takes every connection waiting, not one.
-
-    waitress accepts one connection per poll. The callbacks crond's jobs send at the same
-    moment, each task.sh on a connection of its own, would then be read one poll apart, each
-    a batch of one with an fsync of its own; accepted together, the next poll reads them all.
-    Up to waitress's connection limit, which its own readable() applies between polls.
-    """
-    accept_one, channels, limit = listener.handle_accept, listener._map, listener.adj.connection_limit
-
-    def handle_accept() -> None:
-        while True:
-            known = len(channels)
-            accept_one()
-            if len(channels) == known or len(channels) >= limit:
-                return  # nothing was waiting (or accept failed), or the limit is reached
-    return handle_accept
-
-
 class Server:
     """A waitress server on bound sockets: run() until SIGTERM or close()."""
 
     def __init__(self, app, sockets: list, threads: int, loop_lane: bool = False,
                  group=None, **options):
-        from waitress.server import create_server
+        from qlshadow.web import waitress_compat
         self.sockets = sockets
         self.port = sockets[0].getsockname()[1]
-        self.lane = _LoopLane(CALLBACK_PATH, group) if loop_lane else None
-        if self.lane is not None:
-            self.lane.set_thread_count(threads)
-            options["_dispatcher"] = self.lane
-        self.waitress = create_server(app, sockets=sockets, threads=threads, **options)
-        if self.lane is not None:
-            # A worker pulls a listening server's trigger (a pipe write) to wake the loop when
-            # it has output; the loop answering a callback polls next anyway.
-            listeners = getattr(self.waitress, "map", {self: self.waitress}).values()
-            for listener in listeners:
-                if hasattr(listener, "pull_trigger") and hasattr(listener, "trigger"):
-                    listener.pull_trigger = self._trigger_from_workers(listener.pull_trigger)
-                if getattr(listener, "accepting", False):  # a listening socket's server
-                    listener.handle_accept = _accept_all(listener)
-
-    def _trigger_from_workers(self, pull):
-        lane = self.lane
-
-        def pull_trigger() -> None:
-            if threading.get_ident() != lane.loop_thread:
-                pull()
-        return pull_trigger
+        self.lane = None
+        if loop_lane:
+            self.waitress, self.lane = waitress_compat.loop_server(
+                app, sockets, threads, CALLBACK_PATH, group, **options)
+        else:
+            from waitress.server import create_server
+            self.waitress = create_server(app, sockets=sockets, threads=threads, **options)
 
     def run(self) -> None:
         """Serve until the loop is stopped (SystemExit from a signal handler, or close())."""
         if self.lane is None:
             self.waitress.run()
             return
-        from waitress import wasyncore
-        server, lane = self.waitress, self.lane
-        lane.loop_thread = threading.get_ident()
-        # One socket: the server is its own loop; several: they share the map it returns.
-        channels = getattr(server, "map", None) or server._map
-        poll = wasyncore.poll2 if server.adj.asyncore_use_poll else wasyncore.poll
-        timeout = server.adj.asyncore_loop_timeout
-        try:
-            while channels:
-                poll(timeout, channels)
-                lane.run_pending()
-        except (SystemExit, KeyboardInterrupt):
-            pass  # as waitress's own run(): a signal ends the loop
-        finally:
-            lane.shutdown()
+        from qlshadow.web import waitress_compat
+        waitress_compat.run_loop(self.waitress, self.lane)
 
     def close(self) -> None:
         """Stop the worker threads and close every socket."""
@@ -317,13 +181,13 @@ def serve(settings, threads: int | None = None, callback_lane: str | None = None
     threads = settings.threads if threads is None else threads
     if callback_lane is None:
         callback_lane = "loop" if db.is_sqlite() else "off"
-    untested = waitress_untested() if callback_lane == "loop" else None
-    if untested:
-        low, high = (".".join(map(str, v)) for v in TESTED_WAITRESS)
-        print(f"qlshadow: warning: waitress {untested} is not a version the callback lane "
-              f"was tested with (>={low}, <{high}); callbacks run on the worker threads, "
-              "one at a time", file=sys.stderr, flush=True)
-        callback_lane = "lock"
+    if callback_lane == "loop":
+        from qlshadow.web import waitress_compat
+        absent = waitress_compat.check()
+        if absent:
+            print(f"qlshadow: warning: {absent}; callbacks run on the worker threads, "
+                  "one at a time", file=sys.stderr, flush=True)
+            callback_lane = "lock"
     # A short GIL switch interval (see SWITCH_INTERVAL): set once, for this process only.
     sys.setswitchinterval(switch_interval)
     handler = logging.StreamHandler()
