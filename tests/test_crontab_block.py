@@ -14,7 +14,7 @@ import subprocess
 
 import pytest
 
-from qlshadow.service import crons
+from qlshadow.service import cron_change, crons
 from qlshadow.host import crontab
 from qlshadow.storage import db
 from qlshadow.storage.models import Cron
@@ -318,7 +318,7 @@ def test_a_commit_that_fails_after_the_install_puts_the_crontab_back(
         return 1
 
     with db.database.connection_context(), pytest.raises(RuntimeError):
-        crontab.change(settings, disable_then_fail)
+        cron_change.change(settings, disable_then_fail)
     assert seen == [installed, USER_CRONTAB]  # the install happened between the passes
     assert busybox_target.get() == installed
     assert table_rows(Cron) == rows

@@ -16,7 +16,7 @@ import sys
 from peewee import DatabaseError, IntegrityError, InterfaceError
 
 from qlshadow import __version__, config
-from qlshadow.service import crons
+from qlshadow.service import cron_change, crons
 from qlshadow.host import crontab
 from qlshadow.storage import db
 from qlshadow.core.auth import (RUNNER_APP, RUNNER_TOKEN_FILE, SYSTEM_APP, create_app_record,
@@ -142,7 +142,7 @@ def _change(args, apply):
     settings, database = _open(args)
     with database.connection_context():
         try:
-            result, outcome = crontab.change(settings, lambda planned: apply(settings, planned))
+            result, outcome = cron_change.change(settings, lambda planned: apply(settings, planned))
         except crontab.CrontabError as exc:
             raise CliError(f"the cron change was not made: {exc}") from None
     print(f"qlshadow: crontab: {outcome}", file=sys.stderr)
@@ -302,7 +302,7 @@ def cmd_import(args) -> int:
             entries = qlimport.plan(settings, source)
             if not args.dry_run and qlimport.pending(entries):
                 try:
-                    entries, outcome = crontab.change(
+                    entries, outcome = cron_change.change(
                         settings, lambda planned: qlimport.apply(settings, source, planned))
                 except crontab.CrontabError as exc:
                     raise CliError(f"nothing was imported: {exc}") from None

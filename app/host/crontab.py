@@ -20,7 +20,7 @@ byte. Installing reads the crontab (QL_CRONTAB_LIST), replaces our block, instal
 whole text (QL_CRONTAB_INSTALL) and reads it back; with no active line the block is taken
 out. Every data dir installing into one crontab does so under one lock (lock_path).
 QL_CRONTAB_FILE holds the block's content as last installed. A cron change is kept only
-when that install succeeds (change()).
+when that install succeeds (service/cron_change.py).
 
 Secrets stay off the line: what task.sh needs besides the cron's own fields (service URL,
 the qlshadow command, the timeout) is in $QL_DATA_DIR/runner.env, and what the qlshadow
@@ -34,14 +34,11 @@ import re
 import shlex
 import subprocess
 import sys
-from typing import Any, TypeVar
-from collections.abc import Callable
 
 from qlshadow.files import write_private
 
 MARKER = "QL_EXECUTION_ORIGIN=scheduled_system"
 INSTALL_TIMEOUT = 30
-T = TypeVar("T")
 _LOG_NAME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-")
 
 
@@ -218,7 +215,7 @@ class CronTooLong(ValueError):
         self.field = field
 
 
-def _crons() -> list:
+def stored_crons() -> list:
     from qlshadow.storage.db import connected
     from qlshadow.storage.models import Cron
     with connected():
@@ -263,7 +260,7 @@ def render_rows(settings, rows: list) -> tuple:
 
 def render(settings) -> str:
     """Our block's content (header, one line per cron) for the crons in the database."""
-    return render_rows(settings, _crons())[0]
+    return render_rows(settings, stored_crons())[0]
 
 
 def _write_if_changed(path: str, text: str) -> None:
@@ -480,7 +477,7 @@ def _speaks_for_server(settings) -> bool:
             and all(record.get(key) == mine[key] for key in ("QL_SCHEDULER",) + INSTALL_KEYS))
 
 
-def _check_installer(settings) -> None:
+def check_installer(settings) -> None:
     """Refuse to install the server's way as another user: `crontab` picks the user's own."""
     record = recorded_settings(settings.data_dir)
     if (record is not None and record.get("uid") not in (None, os.geteuid())
@@ -490,7 +487,7 @@ def _check_installer(settings) -> None:
                            "(or set QL_CRONTAB_INSTALL and QL_CRONTAB_LIST)")
 
 
-def _note_state(settings, problem: str | None) -> None:
+def note_state(settings, problem: str | None) -> None:
     if not _speaks_for_server(settings):
         return  # another install target's outcome is not the server's state
     path = state_file(settings)
@@ -654,7 +651,7 @@ def read_crontab(settings) -> bytes:
 DEBIAN_NAME_MAX = 99
 
 
-def _install_bytes(settings, text: bytes) -> None:
+def install_bytes(settings, text: bytes) -> None:
     """Install text with QL_CRONTAB_INSTALL from a private temp file beside the block file."""
     import tempfile
     directory = os.path.dirname(os.path.abspath(settings.crontab_file))
@@ -715,7 +712,7 @@ def _install(settings, content: str | None, drop: tuple = ()) -> bool:
         if wanted == actual:
             return attempt > 0
         try:
-            _install_bytes(settings, wanted)
+            install_bytes(settings, wanted)
         except CrontabError as exc:
             failure: CrontabError | None = exc
         else:
@@ -751,7 +748,7 @@ def write(settings, text: str) -> str:
     return path
 
 
-def _put(settings, content: str, active: int, drop: tuple = ()) -> str:
+def put(settings, content: str, active: int, drop: tuple = ()) -> str:
     """Install our block (none when no line is active), then write the block file.
 
     The file is written only after the install succeeded, so that it always holds what
@@ -812,7 +809,7 @@ def lock_path(settings) -> str:
     return os.path.join(directory, f"qlshadow-crontab-{digest}.lock")
 
 
-class _Lock:
+class Lock:
     """Serialises crontab work across threads, processes and data dirs: first the data
     dir's (flock on the block file's directory, which holds its files), then, when
     something is installed, the crontab's (flock on lock_path, shared by every data dir
@@ -855,15 +852,15 @@ class _Lock:
         return False
 
 
-def _sync_locked(settings) -> str:
-    _check_installer(settings)  # this command's problem, not the server's state
+def sync_locked(settings) -> str:
+    check_installer(settings)  # this command's problem, not the server's state
     try:
         prepare_runner(settings)
-        outcome = _put(settings, *render_rows(settings, _crons()))
+        outcome = put(settings, *render_rows(settings, stored_crons()))
     except CrontabError as exc:
-        _note_state(settings, str(exc))
+        note_state(settings, str(exc))
         raise
-    _note_state(settings, None)
+    note_state(settings, None)
     return outcome
 
 
@@ -873,71 +870,14 @@ def sync(settings) -> str:
     Returns one line saying what was done where; a failure raises CrontabError and is
     kept for install_state until a later sync succeeds.
     """
-    with _Lock(settings):
-        return _sync_locked(settings)
-
-
-class _DryRun(Exception):
-    def __init__(self, result, rows: list):
-        super().__init__("dry run")
-        self.result, self.rows = result, rows
-
-
-def change(settings, apply: Callable[[Any], T],
-           take: Callable[[bytes], tuple] | None = None) -> tuple[T, str]:
-    """Make a cron change only when the crontab that follows from it installs.
-
-    apply(planned) makes the change inside a write transaction, twice: first as a dry run
-    (rolled back, planned=None) whose crons are rendered and installed, then for real with
-    planned = the dry run's result (so a new cron keeps the id its line was installed
-    with). No write transaction is open while the install command runs. A failed install
-    raises CrontabError with nothing changed; a commit that fails after the install puts
-    the crontab back as the database has it. Returns (apply's result, what was done where).
-
-    take(crontab), when given, runs first under the lock with the crontab as read then and
-    returns lines of the user's to take out in the same install (or raises to refuse).
-    """
-    from qlshadow.storage.db import connected, write_transaction
-    with _Lock(settings), connected():
-        _check_installer(settings)  # this command's problem, not the server's state
-        original = read_crontab(settings) if take else b""
-        drop = take(original) if take else ()
-        try:
-            try:
-                with write_transaction():
-                    raise _DryRun(apply(None), _crons())
-            except _DryRun as dry:
-                planned, rows = dry.result, dry.rows
-            # After the dry run: a refused change (invalid input, an unknown cron) writes nothing,
-            # not even the runner token.
-            prepare_runner(settings)
-            content, active = render_rows(settings, rows)
-            outcome = _put(settings, content, active, drop)
-        except CrontabError as exc:
-            _note_state(settings, str(exc))
-            raise
-        try:
-            with write_transaction():
-                result = apply(planned)
-        except BaseException:
-            try:
-                if drop:  # the user's lines taken out come back with the crontab as it was
-                    _install_bytes(settings, original)
-                _sync_locked(settings)
-            except CrontabError:
-                pass  # kept for install_state by _sync_locked
-            raise
-        _note_state(settings, None)
-        if render(settings) != content:
-            # Another host sharing the database changed crons between the two passes.
-            outcome = _sync_locked(settings)
-        return result, outcome
+    with Lock(settings):
+        return sync_locked(settings)
 
 
 def remove(settings) -> str:
     """Take our block out of the crontab and forget the block file; one line says what."""
-    with _Lock(settings):
-        _check_installer(settings)
+    with Lock(settings):
+        check_installer(settings)
         if not settings.crontab_install.strip():
             return "QL_CRONTAB_INSTALL is empty: qlshadow installed nothing to remove"
         installed = _install(settings, None)

@@ -1,7 +1,7 @@
 """`qlshadow adopt`: the box's own crontab lines (outside every qlshadow block) become crons.
 
 Listing changes nothing. Adopting takes the chosen lines out of the user's part and puts
-them into our block as crons in one cron change (crontab.change): one transaction, one
+them into our block as crons in one cron change (service/cron_change.py): one transaction, one
 install, under the crontab lock, where the lines are read again and must still be as
 listed. A line is adoptable when it means one thing to every cron daemon and the API would
 take its schedule and command; the listing says why the others are not.
@@ -169,5 +169,6 @@ def adopt(settings, lines: list, names: list | None = None) -> tuple:
                 raise InvalidInput(f"line {line.number}: {exc}") from None
         return made
 
-    made, outcome = crontab.change(settings, apply, take)
+    from qlshadow.service.cron_change import change
+    made, outcome = change(settings, apply, take)
     return list(zip(lines, made, strict=True)), outcome

@@ -154,7 +154,7 @@ def _fits(settings, cron: dict) -> None:
 def create(data, settings=None, cron_id: int | None = None) -> dict:
     """Create a cron; with settings, refuse one whose crontab line cannot be installed.
 
-    cron_id is the id a dry run of the same change got (crontab.change): the crontab was
+    cron_id is the id a dry run of the same change got (cron_change.change): the crontab was
     installed with it.
     """
     values = validate(data, partial=False)

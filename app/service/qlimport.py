@@ -15,7 +15,7 @@ Each QingLong cron is imported, kept (the cron with its id here is the same cron
 field we carry is equal) or refused with a reason (its id is another cron's here, its
 command uses a `task` form we do not run, a field we cannot take). A refused cron writes
 nothing; the others are imported in one transaction with one crontab install
-(crontab.change). Created and updated times are the import's: a cron dated by QingLong's
+(cron_change.change). Created and updated times are the import's: a cron dated by QingLong's
 createdAt would be judged missed for every firing since then. Run state (status, pid,
 last run times) stays QingLong's, and labels, isPinned and sub_id have no field here.
 """
@@ -254,7 +254,7 @@ def _advance_sequence() -> None:
 
 
 def apply(settings, source: list, planned) -> list:
-    """Write the plan's imports (inside crontab.change's transaction); returns the plan.
+    """Write the plan's imports (inside cron_change.change's transaction); returns the plan.
 
     planned is the dry pass's plan: a cron that had no id takes the id it got there, which
     the installed crontab names.

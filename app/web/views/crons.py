@@ -7,7 +7,8 @@ import logging
 from flask import Blueprint, current_app, request
 
 from qlshadow.service import crons
-from qlshadow.host.crontab import CrontabError, change
+from qlshadow.host.crontab import CrontabError
+from qlshadow.service.cron_change import change
 from qlshadow.errors import NotFound, Unavailable
 from qlshadow.core.legacy import decode_json
 from qlshadow.parse import INT64_MAX
