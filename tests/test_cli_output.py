@@ -390,3 +390,12 @@ def test_log_follow_ends_quietly_on_ctrl_c(client, auth, make_cron, env, setting
             follower.kill()
             follower.wait(10)
     assert (follower.returncode, out, err) == (130, "", "")
+
+
+def test_the_cli_names_each_2x_cron_status_with_the_pages_words():
+    from qlshadow.cli import _cron_state
+    codes = (0, 1, 2, 3, 7)
+
+    assert [_cron_state({"isDisabled": 0, "status": code}) for code in codes] == [
+        "running", "idle", "disabled", "queued", "7"]
+    assert _cron_state({"isDisabled": 1, "status": 0}) == "disabled"

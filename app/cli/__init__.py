@@ -165,13 +165,11 @@ def _existing(ids: list, change):
 
 
 # Cron.status codes as words; a disabled cron says so whatever its last status was.
-CRON_STATES = {0: "running", 1: "idle", 2: "disabled", 3: "queued"}
-
-
 def _cron_state(cron: dict) -> str:
+    from qlshadow.storage.models import cron_status_word
     if cron["isDisabled"]:
         return "disabled"
-    return CRON_STATES.get(cron["status"], str(cron["status"]))
+    return cron_status_word(cron["status"])
 
 
 def _cron_names(cron_ids) -> dict:

@@ -44,8 +44,17 @@ class AppDatabase(DatabaseProxy):
 
 database = AppDatabase()
 
-# Cron.status codes (2.x)
+# Cron.status codes (2.x), and the word the page and the CLI show for each
 CRON_RUNNING, CRON_IDLE, CRON_DISABLED, CRON_QUEUED = 0, 1, 2, 3
+CRON_STATUS = {CRON_RUNNING: "running", CRON_IDLE: "idle", CRON_DISABLED: "disabled",
+               CRON_QUEUED: "queued"}
+
+
+def cron_status_word(status: int) -> str:
+    """The word for a Cron.status code (the number itself for a code 2.x does not have)."""
+    return CRON_STATUS.get(status, str(status))
+
+
 # RunningInstance.status codes (2.x)
 INSTANCE_RUNNING, INSTANCE_FINISHED, INSTANCE_STOPPED, INSTANCE_ERROR = 0, 1, 2, 3
 # ShadowRun.created_running of a Run open when its host rebooted, closed by the first

@@ -8,8 +8,7 @@ import os
 
 from qlshadow.watch import health
 from qlshadow.i18n import N_, _
-from qlshadow.storage.models import (CRON_DISABLED, CRON_IDLE, CRON_QUEUED, CRON_RUNNING,
-                                     INSTANCE_RUNNING, Cron, ShadowFailure)
+from qlshadow.storage.models import INSTANCE_RUNNING, Cron, ShadowFailure, cron_status_word
 
 STRIP = 20  # slots drawn in each cron's strip: executions and firings without one
 LOG_LINES = 20  # the last lines of a task log shown on a page,
@@ -24,8 +23,6 @@ STATE_WORDS = {"failed": N_("Failed"), "missed": N_("Missed a firing"), "stuck":
                "late": N_("Late"), "running": N_("Running"), "new": N_("New, never ran"),
                "paused": N_("Paused"), "ok": N_("OK"), "unknown": N_("Not evaluated")}
 _RANK = {state: i for i, state in enumerate(STATE_WORDS)}
-CRON_STATUS = {CRON_RUNNING: "running", CRON_IDLE: "idle", CRON_DISABLED: "disabled",
-               CRON_QUEUED: "queued"}
 
 # --- schedules in words -----------------------------------------------------------------
 # cron-descriptor does this for every form, but costs about 0.4 MiB of RSS and would have
@@ -169,7 +166,7 @@ def unevaluated(cron: dict) -> dict:
 def cron_summary(cron: dict, executions: list, found: dict, schedules, now: int,
                  steps: list = ()) -> dict:
     """The fields a cron's line on the page shows: its health and its strip."""
-    status = CRON_STATUS.get(cron["status"], str(cron["status"]))
+    status = cron_status_word(cron["status"])
     if cron["is_disabled"]:
         status = "disabled"
     finished = max((e for e in executions if not e.open), key=lambda e: e.start, default=None)
