@@ -66,7 +66,7 @@ fi
 # this cron's hooks again.
 unset QL_ESCAPED QL_WORK_DIR QL_TASK_BEFORE QL_TASK_AFTER
 
-# QingLong's `task` word: a command whose first word is `task` runs with a function of
+# QingLong's `task` word: a command whose first word is `task` runs with a shell command of
 # that name calling ql-task.sh (by absolute path: the task may cd), so that
 # `task a.js && task b.py` works as it did on QingLong.
 ql_first=${ql_cmd#"${ql_cmd%%[! 	]*}"}
