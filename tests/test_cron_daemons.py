@@ -318,7 +318,9 @@ def batch(request, batches):
 
 def test_the_whole_batch_is_installed_in_the_daemon(batch):
     status, health = http("GET", f"{batch.server.url}/health")
-    assert health["data"]["crontab"] == "installed"
+    # The daemon has been stopped after its minute, so the words may add "crond not running"
+    # (unless another test's daemon runs meanwhile): installed either way.
+    assert health["data"]["crontab"].startswith("installed"), health
     installed = batch.daemon.installed()
     assert "# qlshadow crontab" in installed
     assert all(f" ID={cron['id']} " in installed for cron, _, _ in batch.crons.values())
