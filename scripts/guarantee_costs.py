@@ -24,10 +24,12 @@ its fsyncs.
 from __future__ import annotations
 
 import argparse
+import atexit
 import collections
 import dataclasses
 import io
 import json
+import shutil
 import sqlite3
 import statistics
 import struct
@@ -49,6 +51,7 @@ CRONS = 200
 def setup():
     """The WSGI app on a fresh database with CRONS crons, and a bearer token."""
     data_dir = tempfile.mkdtemp(prefix="qlshadow-costs-")
+    atexit.register(shutil.rmtree, data_dir, True)  # the database goes with the run
     settings = config.load(environ={
         "QL_DATA_DIR": data_dir, "QL_SCHEDULER": "node", "QL_CRONTAB_INSTALL": "",
         "QL3_SHADOW_ORIGINS": "scheduled_system"})
