@@ -18,6 +18,7 @@ import argparse
 import http.client
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -78,6 +79,7 @@ class Server:
 
     def stop(self):
         stop_process(self.process)
+        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 class Floor(Server):

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import os
+import shutil
 import sqlite3
 import tempfile
 
@@ -74,6 +75,7 @@ def measure(ddl, row_bytes: int, waves: int, crons: int, page_size: int = 4096) 
                         (pad + "y" * 16, accepted, run_id), wave >= 5)
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     conn.close()
+    shutil.rmtree(os.path.dirname(path), ignore_errors=True)
     return tuple(round(total / n, 2) for total, n in counted.values())
 
 
