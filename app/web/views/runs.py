@@ -38,11 +38,16 @@ def failures():
 @bp.route("/<run_id>", methods=["GET"])
 @requires_scope("runs")
 def show(run_id: str):
+    return ok(_run(run_id))
+
+
+def _run(run_id: str) -> dict:
+    """The Run with this id, or a 404 with one sentence (an id that is no UUID included)."""
     from qlshadow.core.shadow import reader
     run = reader.get_run(run_id) if reader.UUID_TEXT.fullmatch(run_id) else None
     if run is None:
         raise NotFound(f"Run {run_id} does not exist.")
-    return ok(run)
+    return run
 
 
 def _log_answer(owner: str, stored: str | None):
@@ -63,11 +68,7 @@ def _log_answer(owner: str, stored: str | None):
 @requires_scope("runs")
 def run_log(run_id: str):
     """The tail of a Run's task log: the file its own callbacks named."""
-    from qlshadow.core.shadow import reader
-    run = reader.get_run(run_id) if reader.UUID_TEXT.fullmatch(run_id) else None
-    if run is None:
-        raise NotFound(f"Run {run_id} does not exist.")
-    return _log_answer(f"Run {run_id}", run["attempt"]["log_path"])
+    return _log_answer(f"Run {run_id}", _run(run_id)["attempt"]["log_path"])
 
 
 def instance_log(cron_id: int, instance_id: int):
