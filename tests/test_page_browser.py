@@ -43,16 +43,25 @@ def browser():
 
 
 def follow(driver, element) -> None:
-    """Click a link or button and wait until the next page has replaced this one."""
-    from selenium.webdriver.support import expected_conditions
+    """Click a link or button and wait until the next page has replaced this one.
+
+    The old page is told apart from the next by a mark set on its window through the
+    driver: an element reference of the old page can fail in other ways than "stale"
+    while the browser swaps documents, a window's mark just disappears with it."""
+    from selenium.common.exceptions import WebDriverException
     from selenium.webdriver.support.ui import WebDriverWait
-    page = driver.find_element("tag name", "html")
+    driver.execute_cdp_cmd("Runtime.evaluate", {"expression": "window.qlshadowOldPage = 1"})
     element.click()
-    WebDriverWait(driver, 20).until(expected_conditions.staleness_of(page))
-    WebDriverWait(driver, 20).until(
-        lambda d: d.execute_cdp_cmd("Runtime.evaluate", {"expression": "document.readyState",
-                                                          "returnByValue": True})
-        ["result"].get("value") == "complete")
+
+    def next_page_loaded(d) -> bool:
+        try:
+            answer = d.execute_cdp_cmd("Runtime.evaluate", {
+                "expression": "!window.qlshadowOldPage && document.readyState",
+                "returnByValue": True})
+        except WebDriverException:
+            return False  # the documents are being swapped: ask again
+        return answer["result"].get("value") == "complete"
+    WebDriverWait(driver, 20).until(next_page_loaded)
 
 
 PHONE, DESKTOP = (390, 844), (1366, 900)
