@@ -287,3 +287,20 @@ def test_the_upgrade_keeps_every_cron_with_its_tuning_empty(make_settings):
     assert sorted((r["id"], r["name"], r["updated_at"]) for r in rows) == before
     assert {(r["alert_after"], r["max_runtime"], r["quiet"], r["snooze_until"])
             for r in rows} == {(None, None, None, None)}
+
+
+# --- the marks on the page and in `qlshadow status` ------------------------------------------
+
+def test_the_page_and_status_mark_a_snoozed_cron(settings, client, auth, make_cron):
+    from qlshadow.core.auth import create_app_record
+    cron = make_cron(name="backup", schedule="@once")
+    run(client, auth, cron["id"], 2)
+    snooze(client, auth, cron["id"], int(time.time()) + 3600)
+    with db.database.connection_context(), db.write_transaction():
+        viewer = create_app_record("viewer", ["crons", "runs"])
+    client.post("/page/login", data={"client_id": viewer[0], "client_secret": viewer[1]})
+    for path in ("/page/", f"/page/crons/{cron['id']}"):
+        page = client.get(path)
+        assert page.status_code == 200 and "(snoozed until " in page.get_data(as_text=True), path
+    out = run_cli(cli_env(settings), "status").stdout
+    assert "failed (snoozed until " in out

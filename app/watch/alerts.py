@@ -156,7 +156,6 @@ def find_changes(settings, now: int) -> int:
 # 2 too old to send, 3 held back (the gate held it and the problem ended meanwhile, or a
 # recovery from a problem that was held back: nothing to tell).
 QUEUED, TOO_OLD, HELD_BACK = 1, 2, 3
-_PROBLEM_STATES = ("failed", "missed", "stuck")
 
 
 def queue_events(channels: list, now: int) -> int:
@@ -176,15 +175,17 @@ def queue_events(channels: list, now: int) -> int:
             return 0
         latest = {cron_id: event_id for event_id, cron_id, _at, _state in new}
         tuning = _tuning(latest)
-        decided = {}  # event id -> status given in this pass
+        decided = {}  # event id -> status given in this pass; a held event gets none
+        for event_id, cron_id, at, state in new:
+            status = _gate(event_id, cron_id, at, state, tuning.get(cron_id), latest,
+                           decided, now)
+            if status is not None:
+                decided[event_id] = status
+        if not decided:
+            return 0  # only held events: a later tick (or sender) judges them again
         queued = 0
         with db.write_transaction():
-            for event_id, cron_id, at, state in new:
-                status = _gate(event_id, cron_id, at, state, tuning.get(cron_id), latest,
-                               decided, now)
-                if status is None:
-                    continue  # held: a later tick (or sender) judges it again
-                decided[event_id] = status
+            for event_id, status in decided.items():
                 won = (AlertEvent.update(status=status)
                        .where((AlertEvent.id == event_id) & _NEW).execute())
                 if won and status == QUEUED:
