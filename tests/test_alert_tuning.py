@@ -53,6 +53,7 @@ def test_alert_after_3_sends_the_failed_alert_at_the_third_failure_only(
     run(client, auth, cron["id"], 0, pid=20)
     tick(settings, channels, now + 400)
     assert titles(receiver) == ["qlshadow: backup failed", "qlshadow: backup is ok again"]
+    assert b"It has failed 3 times in a row (its alert_after)." in receiver.requests[0]["body"]
 
 
 def test_failures_that_recover_before_alert_after_send_nothing_not_even_the_recovery(

@@ -317,9 +317,11 @@ def message(settings, event_id: int) -> tuple[str, str] | None:
     last lines of its log; None when the event is gone."""
     from qlshadow.timefmt import local_text
     with db.connected():
-        event = (AlertEvent.select(AlertEvent, Cron.name)
+        event = (AlertEvent.select(AlertEvent, Cron.name, Cron.alert_after)
                  .join(Cron, on=(AlertEvent.cron == Cron.id))
                  .where(AlertEvent.id == event_id).dicts().get_or_none())
+        if event is not None and event["state"] == "failed" and (event["alert_after"] or 1) > 1:
+            event["in_a_row"] = failures_in_a_row(event["cron"], 1000)
     if event is None:
         return None
     name, state = event["name"], event["state"]
@@ -333,6 +335,9 @@ def message(settings, event_id: int) -> tuple[str, str] | None:
                      else f"It was {previous} before.")
     if event["exit_code"] is not None:
         lines.append(_("Exit code: {code}.").format(code=event["exit_code"]))
+    if "in_a_row" in event:  # sent at the alert_after-th failure; the event is the first's
+        lines.append(_("It has failed {count} times in a row (its alert_after).").format(
+            count=event["in_a_row"]))
     if event["reason"]:
         lines.append(event["reason"])
     tail = log_tail(settings, event["log_path"])
