@@ -269,6 +269,8 @@ def test_cli_snooze_by_name_for_a_while_and_off(settings, make_cron):
                      "--max-runtime", "30m", "--json").stdout
     assert {k: json.loads(edited)[k] for k in ("alert_after", "quiet", "max_runtime")} == {
         "alert_after": 3, "quiet": "23:00-07:00", "max_runtime": 1800}
+    usage = run_cli(env, "cron", "edit", "1", "--quiet", "7-9", check=False)
+    assert usage.returncode == 2 and "--quiet: '7-9' is not quiet hours" in usage.stderr
 
 
 # --- the schema step -------------------------------------------------------------------------

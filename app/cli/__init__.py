@@ -293,7 +293,13 @@ def _max_runtime(text: str) -> int:
 
 def _quiet_option(text: str) -> str:
     """--quiet HH:MM-HH:MM, or "" for `none` (no quiet hours)."""
-    return "" if text.strip().lower() == "none" else text.strip()
+    from qlshadow.core.schedule import quiet_minutes
+    if text.strip().lower() == "none":
+        return ""
+    if quiet_minutes(text.strip()) is None:
+        raise argparse.ArgumentTypeError(f"{text!r} is not quiet hours; use HH:MM-HH:MM in "
+                                         "local time (23:00-07:00 wraps midnight) or none")
+    return text.strip()
 
 
 def _cron_refs(refs: list) -> list:
