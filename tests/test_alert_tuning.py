@@ -277,7 +277,10 @@ def test_cli_snooze_by_name_for_a_while_and_off(settings, make_cron):
 
 def test_the_upgrade_keeps_every_cron_with_its_tuning_empty(make_settings):
     settings = make_settings()
-    database = database_at(settings.db_url, schema.LATEST - 1)
+    step = [name for name, _ in schema.STEPS].index("add the crons' alert tuning columns")
+    database = database_at(settings.db_url, step)  # the version before the step
+    with database.connection_context():
+        assert "alert_after" not in {c.name for c in database.get_columns("crons")}
     with database.connection_context(), database.atomic():
         for n in range(3):
             Cron.insert(name=f"c{n}", command="true", schedule="@once", created_at=n,
