@@ -294,7 +294,8 @@ def test_the_health_endpoint_lists_problems_newest_first_then_running_new_paused
     assert [row["state"] for row in data] == ["failed", "failed", "running", "new", "paused", "ok"]
     for row in data:
         assert list(row) == ["cron_id", "name", "schedule", "state", "since", "next_expected",
-                             "last_success", "last_start", "grace", "reason"]
+                             "last_success", "last_start", "grace", "reason",
+                             "snoozed_until", "quiet"]
         assert row["reason"].endswith(".")
     fine = data[-1]
     assert fine["cron_id"] == made["fine"] and fine["last_success"] == fine["last_start"] + 1

@@ -218,7 +218,7 @@ def cmd_cron(args) -> int:
     """cron add|list|show|rm|enable|disable|run: one line saying what was done, or the data."""
     if args.cron_cmd == "add":
         data = {"name": args.name or args.command, "command": args.command,
-                "schedule": args.schedule}
+                "schedule": args.schedule, **_tuning_options(args)}
         cron = _change(args, lambda settings, planned: crons.create(
             data, settings, planned and planned["id"]))
         if args.json:
@@ -250,6 +250,8 @@ def cmd_cron(args) -> int:
         ids = parse_ids(args.ids, "ID")
         named = _change(args, lambda settings, planned: _existing(ids, change)())
         print({"rm": "deleted", "enable": "enabled", "disable": "disabled"}[args.cron_cmd], named)
+    elif args.cron_cmd == "edit":
+        return cmd_cron_edit(args)
     elif args.cron_cmd == "run":
         # Starts a detached run outside any transaction (it only reads the cron).
         settings, database = _open(args, create=False)
@@ -261,6 +263,109 @@ def cmd_cron(args) -> int:
         else:
             # task.sh names the file when it starts: the log command finds it then.
             print(f"started {named} as a manual run; its log: qlshadow log --cron {args.id} -f")
+    return 0
+
+
+# --- alert tuning: cron add/edit's options, `snooze` ---------------------------------------
+
+def _tuning_options(args) -> dict:
+    """The alert tuning a `cron add` or `cron edit` was given, as the API's fields."""
+    out = {}
+    if args.alert_after is not None:
+        out["alert_after"] = args.alert_after
+    if args.max_runtime is not None:
+        out["max_runtime"] = args.max_runtime or None
+    if args.quiet is not None:
+        out["quiet"] = args.quiet or None
+    return out
+
+
+def _max_runtime(text: str) -> int:
+    """Seconds of --max-runtime (90, 30m, 2h, 1d), 0 for `none` (the usual stuck rule)."""
+    from qlshadow.cli.timeparse import TimeError, parse_duration
+    if text.strip().lower() == "none":
+        return 0
+    try:
+        return parse_duration(text, "--max-runtime")
+    except TimeError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _quiet_option(text: str) -> str:
+    """--quiet HH:MM-HH:MM, or "" for `none` (no quiet hours)."""
+    from qlshadow.core.schedule import quiet_minutes
+    if text.strip().lower() == "none":
+        return ""
+    if quiet_minutes(text.strip()) is None:
+        raise argparse.ArgumentTypeError(f"{text!r} is not quiet hours; use HH:MM-HH:MM in "
+                                         "local time (23:00-07:00 wraps midnight) or none")
+    return text.strip()
+
+
+def _cron_refs(refs: list) -> list:
+    """Cron ids of CRON arguments: an id, else a cron's exact name (one cron must have it)."""
+    from qlshadow.storage.models import Cron
+    ids = []
+    for ref in refs:
+        number = to_int(ref, 1, INT64_MAX) if ref.isascii() and ref.isdigit() else None
+        if number is not None:
+            ids.append(number)
+            continue
+        found = [row[0] for row in Cron.select(Cron.id).where(Cron.name == ref).limit(2).tuples()]
+        if not found:
+            raise CliError(f"no cron is named {ref!r}; give its id or exact name")
+        if len(found) > 1:
+            raise CliError(f"more than one cron is named {ref!r}; give its id")
+        ids.append(found[0])
+    crons.require(ids)
+    return list(dict.fromkeys(ids))
+
+
+def cmd_cron_edit(args) -> int:
+    """Change how a cron is alerted on (alerting only: its crontab line stays as it is)."""
+    data = _tuning_options(args)
+    if not data:
+        raise CliError("nothing to change: give --alert-after, --max-runtime or --quiet")
+    _, database = _open(args)
+    with database.connection_context(), db.write_transaction():
+        cron = crons.update({"id": args.id, **data})
+    if args.json:
+        _print_json(cron)
+    else:
+        shown = ", ".join(f"{key} {cron[key] if cron[key] is not None else 'none'}"
+                          for key in data)
+        print(f"changed cron {cron['id']} ({cron['name']}): {shown}")
+    return 0
+
+
+def cmd_snooze(args) -> int:
+    """Snooze crons' alerts --for a while or --until a time; --off ends it."""
+    import time
+
+    from qlshadow.cli.timeparse import TimeError, parse_duration, parse_time
+    from qlshadow.timefmt import local_text
+    now = int(time.time())
+    try:
+        if args.off:
+            until = None
+        elif args.for_ is not None:
+            until = now + parse_duration(args.for_, "--for")
+        else:
+            until = parse_time(args.until, "--until", now)
+    except TimeError as exc:
+        raise CliError(str(exc)) from None
+    if until is not None and until <= now:
+        raise CliError(f"--until: {args.until!r} is not in the future")
+    _, database = _open(args)
+    with database.connection_context(), db.write_transaction():
+        done = crons.snooze(_cron_refs(args.crons), until, now)
+    if args.json:
+        _print_json(done)
+        return 0
+    for cron in done:
+        what = (f"snoozed until {local_text(cron['snooze_until'])}" if cron["snooze_until"]
+                else "not snoozed")
+        print(f"cron {cron['id']} ({cron['name']}): {what}")
     return 0
 
 
@@ -624,6 +729,9 @@ def cmd_status(args) -> int:
         _print_json({"data": rows})
         return 0
 
+    # A snoozed or quiet cron is still judged: its state says so ("failed (quiet)").
+    rows = [{**row, "state": f"{row['state']} ({health.alert_mark_text(row)})"}
+            if health.alert_mark_text(row) else row for row in rows]
     sys.stdout.write(table([column for column, _ in _STATUS_COLUMNS],
                            [[when(row[key]) if key in _STATUS_TIMES else row[key]
                              for _, key in _STATUS_COLUMNS] for row in rows],
@@ -645,6 +753,22 @@ def cmd_prune(args) -> int:
     db.open_database(settings, create=False)
     _print_json(retention.prune(settings, int(time.time()), released))
     return 0
+
+
+def _tuning_arguments(q) -> None:
+    q.add_argument("--alert-after", type=_alert_after, metavar="N",
+                   help="send the failed alert only at the N-th failure in a row (1-1000)")
+    q.add_argument("--max-runtime", type=_max_runtime, metavar="DURATION",
+                   help="stuck when running longer than this (90, 30m, 2h); none: the usual rule")
+    q.add_argument("--quiet", type=_quiet_option, metavar="HH:MM-HH:MM",
+                   help="quiet hours every day, local time (23:00-07:00); none: no quiet hours")
+
+
+def _alert_after(text: str) -> int:
+    number = to_int(text, 1, 1000)
+    if number is None:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of failures from 1 to 1000")
+    return number
 
 
 def _positive(text: str) -> int:
@@ -765,6 +889,7 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("schedule", help="5 or 6 cron fields, @once or @boot")
     q.add_argument("command", help="the task command")
     q.add_argument("--name", help="display name (default: the command)")
+    _tuning_arguments(q)
     q.add_argument("--json", action="store_true", help="print the new cron as JSON")
     q = cronsub.add_parser("list", help="list crons, newest first")
     _output_options(q)
@@ -778,6 +903,22 @@ def build_parser() -> argparse.ArgumentParser:
     q = cronsub.add_parser("run", help="run a cron now, detached (a manual run)")
     q.add_argument("id", type=_positive)
     q.add_argument("--json", action="store_true", help="print the started ids as JSON")
+    q = cronsub.add_parser("edit", help="change how a cron is alerted on "
+                           "(docs/ALERTS.md, Tuning)")
+    q.add_argument("id", type=_positive)
+    _tuning_arguments(q)
+    q.add_argument("--json", action="store_true", help="print the changed cron as JSON")
+
+    p = sub.add_parser("snooze", help="send no alert for crons until a time (still judged "
+                       "and shown); --off ends it")
+    p.add_argument("crons", nargs="+", metavar="CRON", help="a cron's id or exact name")
+    until = p.add_mutually_exclusive_group(required=True)
+    until.add_argument("--for", dest="for_", metavar="DURATION", help="30m, 2h, 1d, 2w")
+    until.add_argument("--until", metavar="TIME", help="2026-12-05T07:00 (local time), "
+                       "...Z or +08:00, or epoch seconds")
+    until.add_argument("--off", action="store_true", help="end the snooze now")
+    p.add_argument("--json", action="store_true", help="print each cron's snooze as JSON")
+    p.set_defaults(func=cmd_snooze)
 
     p = sub.add_parser("crontab", help="render qlshadow's block and install it in the crontab "
                        "(system mode)")

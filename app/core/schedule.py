@@ -162,3 +162,51 @@ def crontab_fields(schedule: str) -> str:
 def field_count(schedule: str) -> int:
     """5 or 6 for field schedules, 0 for @once/@boot."""
     return 0 if schedule in SPECIAL else len(schedule.split())
+
+
+# --- quiet hours: "HH:MM-HH:MM" in the box's local time, wrapping midnight when the end
+# comes first; a cron's alerts wait while one holds (alerts.py).
+
+def quiet_minutes(text) -> tuple | None:
+    """(start, end) minutes of the day of "HH:MM-HH:MM", or None when it is not one
+    (start and end equal is none: a window of no time or of all of it says nothing)."""
+    if not isinstance(text, str) or len(text) != 11 or text[5] != "-":
+        return None
+    out = []
+    for part in (text[:5], text[6:]):
+        hh, colon, mm = part[:2], part[2], part[3:]
+        if colon != ":" or not (hh.isascii() and hh.isdigit() and mm.isascii() and mm.isdigit()):
+            return None
+        if int(hh) > 23 or int(mm) > 59:
+            return None
+        out.append(int(hh) * 60 + int(mm))
+    return None if out[0] == out[1] else tuple(out)
+
+
+def in_quiet(text, t: int) -> bool:
+    """Whether the local time at t is inside the quiet hours `text` (None: never)."""
+    window = quiet_minutes(text) if text else None
+    if window is None:
+        return False
+    import time
+    local = time.localtime(t)
+    minute = local.tm_hour * 60 + local.tm_min
+    start, end = window
+    return start <= minute < end if start < end else (minute >= start or minute < end)
+
+
+def quiet_between(text, lo: int, hi: int) -> bool:
+    """Whether any time from lo to hi (both included) is inside the quiet hours `text`."""
+    window = quiet_minutes(text) if text else None
+    if window is None or hi < lo:
+        return False
+    if in_quiet(text, lo) or hi - lo >= 2 * 86400:
+        return True
+    import time
+    day = time.localtime(lo)
+    for shift in range(3):  # a window starting later on lo's day or on one of the next two
+        start = int(time.mktime((day.tm_year, day.tm_mon, day.tm_mday + shift,
+                                 window[0] // 60, window[0] % 60, 0, 0, 0, -1)))
+        if lo < start <= hi:
+            return True
+    return False

@@ -10,8 +10,8 @@ import time
 from qlshadow.errors import InvalidInput, NotFound
 from qlshadow.storage.models import (DEFINITION_FIELDS, REQUIRED_FIELDS, Cron, RunningInstance,
                                      storable)
-from qlshadow.parse import INT64_MAX, parse_ids, to_int
-from qlshadow.core.schedule import check_schedule
+from qlshadow.parse import INT64_MAX, TIME_MAX, parse_ids, to_int
+from qlshadow.core.schedule import check_schedule, quiet_minutes
 
 MAX_TEXT = 4096
 
@@ -115,10 +115,38 @@ def _grace(value, key: str):
                        "the default from the schedule.")
 
 
+ALERT_AFTER_MAX = 1000  # the per-cron rows retention keeps by default: all can be counted
+MAX_RUNTIME_MAX = 31 * 86400
+
+
+def _alert_after(value, key: str):
+    if value is None or (type(value) is int and 1 <= value <= ALERT_AFTER_MAX):
+        return value
+    raise InvalidInput(f"'{key}' must be a whole number of failures in a row from 1 to "
+                       f"{ALERT_AFTER_MAX}, or null for 1.")
+
+
+def _max_runtime(value, key: str):
+    if value is None or (type(value) is int and 1 <= value <= MAX_RUNTIME_MAX):
+        return value
+    raise InvalidInput(f"'{key}' must be whole seconds from 1 to {MAX_RUNTIME_MAX}, or null "
+                       "for the usual stuck rule.")
+
+
+def _quiet(value, key: str):
+    if value is None or quiet_minutes(value) is not None:
+        return value
+    raise InvalidInput(f"'{key}' must be quiet hours as \"HH:MM-HH:MM\" in local time (it may "
+                       "wrap midnight, start and end differ), or null for none.")
+
+
 # How the cron is watched, not what it runs: kept out of DEFINITION_FIELDS, so changing it
-# leaves the task revision (and every Run's replay check) as it was; and out of the 2.x
-# cron document, which GET /open/crons/health completes with the grace in effect.
-_MONITOR_CHECKS = {"grace": _grace}
+# leaves the task revision (and every Run's replay check) as it was; the grace is out of
+# the 2.x cron document, which GET /open/crons/health completes with the grace in effect;
+# the alert tuning is in it (to_json), as keys 2.x clients do not read.
+_MONITOR_CHECKS = {"grace": _grace, "alert_after": _alert_after, "max_runtime": _max_runtime,
+                   "quiet": _quiet}
+TUNING_FIELDS = ("alert_after", "max_runtime", "quiet", "snooze_until")
 
 
 def validate(data, partial: bool) -> dict:
@@ -234,7 +262,58 @@ def to_json(row: dict) -> dict:
         "last_running_time": row["last_running_time"], "isDisabled": row["is_disabled"],
         "createdAt": row["created_at"], "updatedAt": row["updated_at"],
     })
+    doc.update((key, row[key]) for key in TUNING_FIELDS)
+    doc["snooze_until"] = snoozed_until(row["snooze_until"])
     return doc
+
+
+def parse_until(value, key: str = "until"):
+    """Epoch seconds of a snooze's end: an integer, or ISO text (`2026-12-05T07:00`, local
+    time without a zone; `Z` or `+08:00` with one); None stays None (no snooze)."""
+    if value is None:
+        return None
+    seconds = None
+    if type(value) is int:
+        seconds = value
+    elif isinstance(value, str) and 10 <= len(value) <= 40 and value.isascii():
+        import datetime
+        try:
+            when = datetime.datetime.fromisoformat(value.replace("Z", "+00:00"))
+            seconds = int(when.timestamp())  # naive: local time
+        except (ValueError, OverflowError, OSError):
+            seconds = None
+    if seconds is None or not 0 <= seconds <= TIME_MAX:
+        raise InvalidInput(f"'{key}' must be epoch seconds or an ISO date and time "
+                           "(2026-12-05T07:00, local time unless it ends in Z or +08:00), "
+                           "or null to end the snooze.")
+    return seconds
+
+
+def snooze(ids: list, until, now: int | None = None) -> list:
+    """Snooze crons until `until` (epoch seconds; None ends a snooze now); NotFound naming
+    the first unknown id, nothing changed then. Answers each cron's id, name and
+    snooze_until (null when not snoozed).
+
+    An ended snooze keeps its end (now, or the time it ran out) in the row: the alerts it
+    held back are judged by it (alerts.py), and a cron never snoozed stays null.
+    """
+    from peewee import Case
+    require(ids)
+    now = int(time.time()) if now is None else now
+    if until is None:
+        value = Case(None, [(Cron.snooze_until > now, now)], Cron.snooze_until)
+    else:
+        value = until
+    Cron.update(snooze_until=value).where(Cron.id.in_(ids)).execute()
+    rows = Cron.select(Cron.id, Cron.name, Cron.snooze_until).where(Cron.id.in_(ids))
+    return [{"id": i, "name": n, "snooze_until": snoozed_until(u, now)}
+            for i, n, u in rows.order_by(Cron.id).tuples()]
+
+
+def snoozed_until(stored, now: int | None = None):
+    """The snooze's end while it lasts, else None (an ended one is kept in the row)."""
+    now = int(time.time()) if now is None else now
+    return stored if stored is not None and stored > now else None
 
 
 def instances(cron_id: int, limit: int) -> list:

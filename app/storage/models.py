@@ -131,6 +131,15 @@ class Cron(BaseModel):
     # The callback's Legacy update returns it, so a state change is seen without a read and
     # an event row is written only then. Last, where schema step 4 adds it.
     alert_state = TextField(null=True)
+    # Alert tuning (alerts.py queue_events; schema step 6 adds them, all null for old rows).
+    # How the cron is watched, not what it runs: none is a definition field. alert_after:
+    # failures in a row before the failed alert is sent (null: 1); max_runtime: seconds
+    # after which an open execution is stuck (null: health.py's rule); quiet: recurring
+    # quiet hours "HH:MM-HH:MM", local time; snooze_until: no alert is sent before it.
+    alert_after = SmallIntegerField(null=True)
+    max_runtime = IntegerField(null=True)
+    quiet = TextField(null=True)
+    snooze_until = BigIntegerField(null=True)
 
     class Meta:
         table_name = "crons"

@@ -337,6 +337,13 @@ def _step_host_clock(db: Database) -> None:
     add_table(db, ClockStep)
 
 
+def _step_alert_tuning(db: Database) -> None:
+    """Version 6: the crons' alert tuning (alert_after, max_runtime, quiet, snooze_until),
+    all null: every existing cron keeps alerting as before."""
+    for name in ("alert_after", "max_runtime", "quiet", "snooze_until"):
+        add_column(db, Cron, name)
+
+
 # (what the step does, in words that follow "cannot" in an error; the step). Step n brings
 # version n - 1 to version n and returns a line to log once it is committed, or None.
 # Append only: never reorder or edit a step that has shipped. Step 1 builds tables from
@@ -348,6 +355,7 @@ STEPS = (
     ("add the crons' grace column", _step_cron_grace),
     ("add the alert tables", _step_alerts),
     ("add the host boot and clock step tables", _step_host_clock),
+    ("add the crons' alert tuning columns", _step_alert_tuning),
 )
 LATEST = len(STEPS)
 

@@ -22,7 +22,7 @@ PROBLEMS = ("failed", "missed", "stuck", "late")
 # Listing order: problems (newest first), then these groups in this order.
 _GROUP = {"running": 1, "new": 2, "paused": 3, "ok": 4}
 PUBLIC_FIELDS = ("cron_id", "name", "schedule", "state", "since", "next_expected",
-                 "last_success", "last_start", "grace", "reason")
+                 "last_success", "last_start", "grace", "reason", "snoozed_until", "quiet")
 
 RECENT = 20  # executions read per cron and per source (Legacy instances, Shadow Runs)
 MAX_CRONS = 1000  # one read answers at most this many crons, lowest ids first
@@ -79,8 +79,11 @@ def default_grace(firings: Firings) -> int:
     return int(min(GRACE_MAX, max(GRACE_MIN, gap * GRACE_SHARE)))
 
 
-def stuck_limit(executions: list, grace: int) -> tuple:
-    """(seconds, why) after which an open execution counts as stuck."""
+def stuck_limit(executions: list, grace: int, max_runtime: int | None = None) -> tuple:
+    """(seconds, why) after which an open execution counts as stuck: the cron's own
+    max_runtime when it has one, else the rule below."""
+    if max_runtime:
+        return max_runtime, _("{limit} s, its max_runtime").format(limit=max_runtime)
     durations = sorted(e.end - e.start for e in executions
                        if not e.open and e.exit_code == 0 and e.end is not None
                        and e.end >= e.start)
@@ -92,6 +95,25 @@ def stuck_limit(executions: list, grace: int) -> tuple:
     limit = max(STUCK_FACTOR * median, grace)
     return limit, _("{limit} s ({factor} x its median run of {median} s, at least its "
                     "grace)").format(limit=limit, factor=STUCK_FACTOR, median=median)
+
+
+def alert_marks(cron: dict, now: int) -> dict:
+    """Whether the cron's alerts wait now (still judged and shown, nothing sent): its
+    snooze's end while it lasts (else None), and quiet (True inside its quiet hours)."""
+    from qlshadow.core.schedule import in_quiet
+    snooze = cron.get("snooze_until")
+    return {"snoozed_until": snooze if snooze is not None and snooze > now else None,
+            "quiet": in_quiet(cron.get("quiet"), now)}
+
+
+def alert_mark_text(health: dict) -> str:
+    """"snoozed until T" and/or "quiet", or "" (the page and the CLI show it by the state)."""
+    marks = []
+    if health.get("snoozed_until"):
+        marks.append(_("snoozed until {at}").format(at=_when(health["snoozed_until"])))
+    if health.get("quiet"):
+        marks.append(_("quiet"))
+    return ", ".join(marks)
 
 
 def _when(t: int) -> str:
@@ -120,7 +142,8 @@ def evaluate(cron: dict, executions: list, firings: Firings, now: int,
     health = {"cron_id": cron["id"], "name": cron["name"], "schedule": cron["schedule"],
               "state": "ok", "since": None, "next_expected": None,
               "last_success": last_success, "last_start": newest.start if newest else None,
-              "grace": grace, "reason": "", "running_since": None}
+              "grace": grace, "reason": "", "running_since": None,
+              **alert_marks(cron, now)}
 
     def state(name: str, since, reason: str) -> dict:
         health.update(state=name, since=since, reason=reason)
@@ -131,7 +154,7 @@ def evaluate(cron: dict, executions: list, firings: Firings, now: int,
     health["next_expected"] = firings.next
     if newest is not None and newest.open:
         health["running_since"] = newest.start
-        limit, why = stuck_limit(execs, grace)
+        limit, why = stuck_limit(execs, grace, cron.get("max_runtime"))
         if now - newest.start > limit:
             return state("stuck", newest.start + limit,
                          _("It has been running since {since}, longer than {why}; the process "

@@ -182,6 +182,7 @@ def cron_summary(cron: dict, executions: list, found: dict, schedules, now: int,
         "state_text": _(STATE_WORDS[found["state"]]) if found["state"] in STATE_WORDS
         else found["state"],
         "reason": found["reason"], "since": found["since"],
+        "alert_mark": health.alert_mark_text(found),  # snoozed until T, quiet: nothing sent
         "next_expected": found["next_expected"], "last_success": found["last_success"],
         "last_start": found["last_start"] or cron["last_execution_time"],
         "grace": found["grace"], "last_duration": duration,
@@ -485,7 +486,8 @@ def _storage_text(storage: dict) -> list:
 # A delivery's outcome in words (alerts.notify_log).
 OUTCOME_WORDS = {"sent": N_("sent"), "pending": N_("failed, will retry"),
                  "given_up": N_("given up"), "new": N_("not sent: no channel configured"),
-                 "too_old": N_("not sent: too old")}
+                 "too_old": N_("not sent: too old"),
+                 "held_back": N_("not sent: its alert tuning held it until the problem ended")}
 
 
 ALERT_WORDS = {"failed": N_("failed"), "missed": N_("missed"), "stuck": N_("stuck"),

@@ -9,7 +9,7 @@ from flask import Blueprint, current_app, request
 from qlshadow.service import crons
 from qlshadow.host.crontab import CrontabError
 from qlshadow.service.cron_change import change
-from qlshadow.errors import NotFound, Unavailable
+from qlshadow.errors import InvalidInput, NotFound, Unavailable
 from qlshadow.core.legacy import decode_json
 from qlshadow.parse import INT64_MAX
 from qlshadow.host.runner import start_manual
@@ -69,6 +69,20 @@ def show(cron_id: int):
 @requires_scope("crons")
 def instances(cron_id: int):
     return ok(crons.instances(_known_id(cron_id), query_int("limit", 50, 1, 500)))
+
+
+@bp.route("/<int:cron_id>/snooze", methods=["POST"])
+@requires_scope("crons")
+def snooze(cron_id: int):
+    # Alerting only: the crontab does not change, so no cron change (and no install).
+    from qlshadow.storage.db import write_transaction
+    body = _body()
+    if not isinstance(body, dict) or "until" not in body:
+        raise InvalidInput('The request body must be {"until": T}: epoch seconds, ISO text, '
+                           "or null to end the snooze.")
+    until = crons.parse_until(body["until"])
+    with write_transaction():
+        return ok(crons.snooze([_known_id(cron_id)], until)[0])
 
 
 @bp.route("", methods=["POST"])
