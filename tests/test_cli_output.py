@@ -64,10 +64,10 @@ def test_cron_list_is_a_table_in_local_time_with_the_zone_named(client, auth, ma
     in_utc = run_cli(env, "cron", "list", "--utc").stdout
 
     assert rows(local) == [
-        ["id", "name", "schedule", "state", "last", "run", "took", "command"],
-        [str(other), "sync", "*/5", "*", "*", "*", "*", "disabled", "-", "-", "task", "sync.sh"],
-        [str(backup), "backup", "0", "4", "*", "*", "*", "idle", "2025-11-30", "08:00:00", "CST",
-         "3s", "task", "backup.sh"]]
+        ["id", "name", "schedule", "state", "exit", "last", "run", "took", "command"],
+        [str(other), "sync", "*/5", "*", "*", "*", "*", "paused", "-", "-", "-", "task", "sync.sh"],
+        [str(backup), "backup", "0", "4", "*", "*", "*", "ok", "0", "2025-11-30", "08:00:00",
+         "CST", "3s", "task", "backup.sh"]]
     assert "2025-11-30 00:00:00 UTC" in in_utc.splitlines()[2]
 
 
@@ -94,10 +94,12 @@ def test_cron_show_is_one_field_a_line_and_says_where_its_log_is(client, auth, m
 
     fields = dict(line.split(": ", 1) for line in shown[:-1])
     assert {k: v.strip() for k, v in fields.items() if k in (
-        "id", "name", "command", "schedule", "state", "last run", "took", "log")} == {
+        "id", "name", "command", "schedule", "state", "process", "last run", "last exit",
+        "took", "log")} == {
         "id": str(cron_id), "name": "backup", "command": "task backup.sh",
-        "schedule": "0 4 * * *", "state": "idle", "last run": "2025-11-30 08:00:00 CST",
-        "took": "3s", "log": "cron_1/a.log"}
+        "schedule": "0 4 * * *", "state": "ok", "process": "idle",
+        "last run": "2025-11-30 08:00:00 CST", "last exit": "0", "took": "3s",
+        "log": "cron_1/a.log"}
     assert shown[-1] == f"its latest log: qlshadow log --cron {cron_id}"
     assert as_json == api(client, auth, f"/open/crons/{cron_id}")
 
@@ -350,7 +352,7 @@ def test_log_follow_prints_what_the_task_writes_until_it_has_finished(client, au
 
 @ONE_BACKEND
 @pytest.mark.parametrize("args", [("log", "--instance", str(2**64)), ("cron", "show", str(2**64)),
-                                  ("runs", "--cron", "0"), ("log", "--cron", "x")])
+                                  ("runs", "--cron", "0"), ("cron", "rm", str(2**64))])
 def test_an_id_that_cannot_exist_is_a_usage_error_in_one_line(app, env, args):
     result = run_cli(env, *args, check=False)
     (line,) = result.stderr.splitlines()
