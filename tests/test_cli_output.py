@@ -130,9 +130,11 @@ def history(client, auth, make_cron) -> dict:
 
 def test_runs_is_a_table_of_whole_run_ids_and_json_is_the_apis(client, auth, history, env):
     listed = api(client, auth, "/open/runs")
+    answer = client.get("/open/runs", headers=auth).get_json()
 
     table = rows(run_cli(env, "runs").stdout)
-    printed = json.loads(run_cli(env, "runs", "--json").stdout)
+    document = json.loads(run_cli(env, "runs", "--json").stdout)
+    printed = document["data"]
 
     assert table[0] == ["run", "cron", "name", "started", "state", "exit", "took"]
     assert [row[0] for row in table[1:]] == [r["id"] for r in listed]
@@ -143,13 +145,14 @@ def test_runs_is_a_table_of_whole_run_ids_and_json_is_the_apis(client, auth, his
     assert table[2][1:] == [str(history["backup"]), "backup", "2025-12-01", "08:00:00", "CST",
                             "exited", "2", took]
     assert printed == listed
+    assert document == answer  # the API's whole answer, as curl prints it (README)
 
 
 def test_runs_failed_lists_only_runs_that_exited_non_zero(client, auth, history, env):
     failed = [r for r in api(client, auth, "/open/runs") if r["exit_code"] == 2]
 
     table = rows(run_cli(env, "runs", "--failed").stdout)
-    printed = json.loads(run_cli(env, "runs", "--failed", "--json").stdout)
+    printed = json.loads(run_cli(env, "runs", "--failed", "--json").stdout)["data"]
 
     assert [row[0] for row in table[1:]] == [failed[0]["id"]]
     assert printed == failed
@@ -160,8 +163,8 @@ def test_runs_failed_with_shadow_off_lists_failed_legacy_instances(client, auth,
     instances = api(client, auth, f"/open/crons/{history['backup']}/instances")
 
     table = rows(run_cli(shadow_off, "runs", "--failed").stdout)
-    printed = json.loads(run_cli(shadow_off, "runs", "--failed", "--json").stdout)
-    legacy = json.loads(run_cli(env, "runs", "--legacy", "--json").stdout)
+    printed = json.loads(run_cli(shadow_off, "runs", "--failed", "--json").stdout)["data"]
+    legacy = json.loads(run_cli(env, "runs", "--legacy", "--json").stdout)["data"]
 
     assert table == [["instance", "cron", "name", "started", "state", "exit", "took"],
                      [str(instances[0]["id"]), str(history["backup"]), "backup", "2025-12-01",
@@ -174,7 +177,7 @@ def test_runs_failed_with_shadow_off_lists_failed_legacy_instances(client, auth,
 def test_runs_are_filtered_by_time_state_and_cron(history, env):
     def cron_and_state(*args):
         return [(r["cron_id"], r["state"], r["exit_code"])
-                for r in json.loads(run_cli(env, "runs", "--json", *args).stdout)]
+                for r in json.loads(run_cli(env, "runs", "--json", *args).stdout)["data"]]
 
     backup, sync = history["backup"], history["sync"]
     assert cron_and_state("--since", "2025-12-01") == [(sync, "running", None),

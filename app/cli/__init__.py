@@ -491,7 +491,8 @@ def cmd_runs(args) -> int:
                                       since=args.since, until=args.until, failed=args.failed)
         names = {} if args.json else _cron_names(r["cron_id"] for r in listed)
     if args.json:
-        _print_json(listed)
+        # The document GET /open/runs (or /open/crons/ID/instances) answers, `code` and all.
+        _print_json({"code": 200, "data": listed})
         return 0
     if not listed:
         hint = "" if legacy else " (manual runs are Legacy instances only: add --legacy)"
