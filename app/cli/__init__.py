@@ -491,8 +491,9 @@ def cmd_runs(args) -> int:
                                       since=args.since, until=args.until, failed=args.failed)
         names = {} if args.json else _cron_names(r["cron_id"] for r in listed)
     if args.json:
-        # The document GET /open/runs (or /open/crons/ID/instances) answers, `code` and all.
-        _print_json({"code": 200, "data": listed})
+        # As `status` and `reconcile`: the API's document (GET /open/runs, or
+        # /open/crons/ID/instances), its `data` under "data" (`jq .data` reads either).
+        _print_json({"data": listed})
         return 0
     if not listed:
         hint = "" if legacy else " (manual runs are Legacy instances only: add --legacy)"
