@@ -38,7 +38,7 @@ def test_the_exit_codes_are_in_the_help():
 
 
 def test_a_usage_mistake_still_exits_2(settings):
-    assert run_cli(cli_env(settings), "cron", "show", "x", check=False).returncode == 2
+    assert run_cli(cli_env(settings), "cron", "show", "0", check=False).returncode == 2
 
 
 def test_token_runner_beside_an_app_with_the_runners_name_says_so_in_one_line(settings):

@@ -64,10 +64,10 @@ def test_cron_list_is_a_table_in_local_time_with_the_zone_named(client, auth, ma
     in_utc = run_cli(env, "cron", "list", "--utc").stdout
 
     assert rows(local) == [
-        ["id", "name", "schedule", "state", "last", "run", "took", "command"],
-        [str(other), "sync", "*/5", "*", "*", "*", "*", "disabled", "-", "-", "task", "sync.sh"],
-        [str(backup), "backup", "0", "4", "*", "*", "*", "idle", "2025-11-30", "08:00:00", "CST",
-         "3s", "task", "backup.sh"]]
+        ["id", "name", "schedule", "state", "exit", "last", "run", "took", "command"],
+        [str(other), "sync", "*/5", "*", "*", "*", "*", "paused", "-", "-", "-", "task", "sync.sh"],
+        [str(backup), "backup", "0", "4", "*", "*", "*", "ok", "0", "2025-11-30", "08:00:00",
+         "CST", "3s", "task", "backup.sh"]]
     assert "2025-11-30 00:00:00 UTC" in in_utc.splitlines()[2]
 
 
@@ -94,10 +94,12 @@ def test_cron_show_is_one_field_a_line_and_says_where_its_log_is(client, auth, m
 
     fields = dict(line.split(": ", 1) for line in shown[:-1])
     assert {k: v.strip() for k, v in fields.items() if k in (
-        "id", "name", "command", "schedule", "state", "last run", "took", "log")} == {
+        "id", "name", "command", "schedule", "state", "process", "last run", "last exit",
+        "took", "log")} == {
         "id": str(cron_id), "name": "backup", "command": "task backup.sh",
-        "schedule": "0 4 * * *", "state": "idle", "last run": "2025-11-30 08:00:00 CST",
-        "took": "3s", "log": "cron_1/a.log"}
+        "schedule": "0 4 * * *", "state": "ok", "process": "idle",
+        "last run": "2025-11-30 08:00:00 CST", "last exit": "0", "took": "3s",
+        "log": "cron_1/a.log"}
     assert shown[-1] == f"its latest log: qlshadow log --cron {cron_id}"
     assert as_json == api(client, auth, f"/open/crons/{cron_id}")
 
@@ -128,9 +130,11 @@ def history(client, auth, make_cron) -> dict:
 
 def test_runs_is_a_table_of_whole_run_ids_and_json_is_the_apis(client, auth, history, env):
     listed = api(client, auth, "/open/runs")
+    answer = client.get("/open/runs", headers=auth).get_json()
 
     table = rows(run_cli(env, "runs").stdout)
-    printed = json.loads(run_cli(env, "runs", "--json").stdout)
+    document = json.loads(run_cli(env, "runs", "--json").stdout)
+    printed = document["data"]
 
     assert table[0] == ["run", "cron", "name", "started", "state", "exit", "took"]
     assert [row[0] for row in table[1:]] == [r["id"] for r in listed]
@@ -141,13 +145,14 @@ def test_runs_is_a_table_of_whole_run_ids_and_json_is_the_apis(client, auth, his
     assert table[2][1:] == [str(history["backup"]), "backup", "2025-12-01", "08:00:00", "CST",
                             "exited", "2", took]
     assert printed == listed
+    assert document == {"data": answer["data"]}  # the API's document, as the README says
 
 
 def test_runs_failed_lists_only_runs_that_exited_non_zero(client, auth, history, env):
     failed = [r for r in api(client, auth, "/open/runs") if r["exit_code"] == 2]
 
     table = rows(run_cli(env, "runs", "--failed").stdout)
-    printed = json.loads(run_cli(env, "runs", "--failed", "--json").stdout)
+    printed = json.loads(run_cli(env, "runs", "--failed", "--json").stdout)["data"]
 
     assert [row[0] for row in table[1:]] == [failed[0]["id"]]
     assert printed == failed
@@ -158,8 +163,8 @@ def test_runs_failed_with_shadow_off_lists_failed_legacy_instances(client, auth,
     instances = api(client, auth, f"/open/crons/{history['backup']}/instances")
 
     table = rows(run_cli(shadow_off, "runs", "--failed").stdout)
-    printed = json.loads(run_cli(shadow_off, "runs", "--failed", "--json").stdout)
-    legacy = json.loads(run_cli(env, "runs", "--legacy", "--json").stdout)
+    printed = json.loads(run_cli(shadow_off, "runs", "--failed", "--json").stdout)["data"]
+    legacy = json.loads(run_cli(env, "runs", "--legacy", "--json").stdout)["data"]
 
     assert table == [["instance", "cron", "name", "started", "state", "exit", "took"],
                      [str(instances[0]["id"]), str(history["backup"]), "backup", "2025-12-01",
@@ -172,7 +177,7 @@ def test_runs_failed_with_shadow_off_lists_failed_legacy_instances(client, auth,
 def test_runs_are_filtered_by_time_state_and_cron(history, env):
     def cron_and_state(*args):
         return [(r["cron_id"], r["state"], r["exit_code"])
-                for r in json.loads(run_cli(env, "runs", "--json", *args).stdout)]
+                for r in json.loads(run_cli(env, "runs", "--json", *args).stdout)["data"]]
 
     backup, sync = history["backup"], history["sync"]
     assert cron_and_state("--since", "2025-12-01") == [(sync, "running", None),
@@ -350,7 +355,7 @@ def test_log_follow_prints_what_the_task_writes_until_it_has_finished(client, au
 
 @ONE_BACKEND
 @pytest.mark.parametrize("args", [("log", "--instance", str(2**64)), ("cron", "show", str(2**64)),
-                                  ("runs", "--cron", "0"), ("log", "--cron", "x")])
+                                  ("runs", "--cron", "0"), ("cron", "rm", str(2**64))])
 def test_an_id_that_cannot_exist_is_a_usage_error_in_one_line(app, env, args):
     result = run_cli(env, *args, check=False)
     (line,) = result.stderr.splitlines()

@@ -364,7 +364,7 @@ def test_a_cli_command_given_only_the_data_dir_installs_where_the_server_does(
     assert status == 200 and health["data"]["crontab"].startswith("installed")
 
 
-def test_a_cli_install_with_its_own_bad_command_leaves_the_servers_health_ok(
+def test_a_cli_install_with_another_command_than_the_servers_is_refused_naming_both(
         live_server, make_settings, busybox_target, tmp_path):
     server = live_server(QL_SCHEDULER="system", QL_CRONTAB_INSTALL=busybox_target.install,
                          QL_CRONTAB_LIST=busybox_target.list)
@@ -376,7 +376,10 @@ def test_a_cli_install_with_its_own_bad_command_leaves_the_servers_health_ok(
            "QL_CRONTAB_INSTALL": "false {file}", "QL_CRONTAB_LIST": ""}
     result = run_cli(env, "cron", "add", "*/5 * * * *", "echo more", check=False)
     assert result.returncode == 1
-    assert result.stderr.startswith("qlshadow: the cron change was not made: installing the crontab failed")
+    (line,) = result.stderr.splitlines()
+    assert line.startswith("qlshadow: the cron change was not made: this command has "
+                           "QL_CRONTAB_INSTALL='false {file}' (from the environment)")
+    assert f"installs with QL_CRONTAB_INSTALL={busybox_target.install!r}" in line
     assert busybox_target.get() == installed
     status, health = http("GET", server.url + "/health")
     assert status == 200 and health["data"]["crontab"].startswith("installed")

@@ -150,8 +150,8 @@ def test_the_runs_command_prints_the_runs(client, auth, three_crons, make_settin
     env = {"QL_DB_URL": make_settings().db_url, "QL_DATA_DIR": make_settings().data_dir,
            **SHADOW_ON}
     printed = json.loads(run_cli(env, "runs", "--json").stdout)
-    assert printed == runs(client, auth)
-    only_b = json.loads(run_cli(env, "runs", "--cron", str(b), "--json").stdout)
+    assert printed == {"data": runs(client, auth)}
+    only_b = json.loads(run_cli(env, "runs", "--cron", str(b), "--json").stdout)["data"]
     assert [r["cron_id"] for r in only_b] == [b, b]
 
 

@@ -80,3 +80,38 @@ def test_durations_are_seconds_or_a_number_and_a_unit(text, seconds):
 def test_a_bad_duration_is_refused_naming_the_option(text):
     with pytest.raises(TimeError, match="^--stuck-after: "):
         parse_duration(text, "--stuck-after")
+
+
+# --- clock times (issue 35): local time, today unless the word says yesterday ---------------
+
+@pytest.mark.parametrize("text, expected", [
+    ("03:55", utc(2026, 11, 29, 19, 55)),             # 03:55 CST today (Nov 30)
+    ("3:55", utc(2026, 11, 29, 19, 55)),
+    ("03:55:10", utc(2026, 11, 29, 19, 55, 10)),
+    ("00:00", utc(2026, 11, 29, 16)),
+    ("23:59:59", utc(2026, 11, 30, 15, 59, 59)),       # later today: still today
+    ("today 22:00", utc(2026, 11, 30, 14)),
+    ("yesterday 22:00", utc(2026, 11, 29, 14)),
+    ("Yesterday  22:00", utc(2026, 11, 29, 14)),
+])
+def test_clock_times_are_the_box_s_local_time_today_or_yesterday(text, expected):
+    assert parse_time(text, "--since", now=NOW) == expected
+
+
+def test_yesterday_at_a_clock_time_on_the_first_of_a_month():
+    first = utc(2026, 12, 1, 0, 30) - 8 * 3600  # 00:30 local on Dec 1
+    assert parse_time("yesterday 22:00", now=first) == utc(2026, 11, 30, 14)
+
+
+@pytest.mark.parametrize("text", ["24:00", "03:60", "03:55:60", "3:5", "tomorrow 03:00",
+                                  "yesterday 22", "22:00 yesterday", "03:55pm"])
+def test_a_clock_time_out_of_range_or_in_another_form_is_refused(text):
+    with pytest.raises(TimeError, match="^--since: .*03:55 \\(today\\)"):
+        parse_time(text, "--since", now=NOW)
+
+
+def test_the_cli_takes_a_clock_time_for_since(settings, box_zone):
+    from helpers import cli_env, run_cli
+    result = run_cli({**cli_env(settings), "TZ": "CST-8"}, "runs", "--since", "03:55",
+                     "--until", "yesterday 22:00")
+    assert result.returncode == 0, result.stderr

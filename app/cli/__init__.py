@@ -22,10 +22,10 @@ from qlshadow.storage import db
 from qlshadow.core.auth import (RUNNER_APP, RUNNER_TOKEN_FILE, SYSTEM_APP, create_app_record,
                                 ensure_system_app, runner_token, system_token)
 from qlshadow.errors import QlError
-from qlshadow.parse import INT64_MAX, parse_ids, to_int
+from qlshadow.parse import INT64_MAX, to_int
 from qlshadow.host.runner import start_manual
 from qlshadow.core.shadow import RUN_STATES, reader
-from qlshadow.cli.textout import Column, duration, record, table, terminal_width, when
+from qlshadow.cli.textout import Column, record, table, terminal_width, took, when
 
 
 # An unexpected exception (a defect) exits with EX_SOFTWARE from sysexits.h: 1 stays the
@@ -136,10 +136,11 @@ def cmd_token_metrics(args) -> int:
     return 0
 
 
-def _change(args, apply):
+def _change(args, apply, create: bool = True):
     """Make a cron change only when the crontab that follows from it installs; one line on
-    stderr says what was installed where (stdout stays the command's JSON)."""
-    settings, database = _open(args)
+    stderr says what was installed where (stdout stays the command's JSON). create=False:
+    a change to existing crons, which a database not made yet cannot hold."""
+    settings, database = _open(args, create)
     with database.connection_context():
         try:
             result, outcome = cron_change.change(settings, lambda planned: apply(settings, planned))
@@ -187,25 +188,93 @@ def _named(ids) -> str:
     return ", ".join(f"cron {i} ({names[i]})" if i in names else f"cron {i}" for i in ids)
 
 
-def _cron_table(listed: list, utc: bool) -> str:
+def _cron_ref(text: str):
+    """A cron as the CLI takes it: its id (a number), or its name, looked up once the
+    database is open (_cron_id)."""
+    if text.isascii() and text.isdigit():
+        return _positive(text)
+    if not text.strip():
+        raise argparse.ArgumentTypeError("a cron is named by its id or its name, not by nothing")
+    return text
+
+
+def _cron_id(ref) -> int:
+    """The id of a cron given by id or by name; an unknown or ambiguous name is a CliError."""
+    if isinstance(ref, int):
+        return ref
+    from qlshadow.storage.models import Cron
+    ids = [row[0] for row in Cron.select(Cron.id).where(Cron.name == ref)
+           .order_by(Cron.id).limit(10).tuples()]
+    if not ids:
+        raise CliError(f"no cron is named {ref!r}; `qlshadow cron list` shows every cron's "
+                       "id and name")
+    if len(ids) > 1:
+        raise CliError(f"{len(ids)} crons are named {ref!r} (ids "
+                       f"{', '.join(map(str, ids))}); name the one you mean by its id")
+    return ids[0]
+
+
+def _cron_ids(refs) -> list:
+    """The ids of crons given by id or name, each once, in the order given."""
+    return list(dict.fromkeys(_cron_id(ref) for ref in refs))
+
+
+def _health_of(settings, cron_id: int | None = None) -> dict:
+    """{cron id: (health state, last exit code, how long its last execution took)}: the
+    state word GET /open/crons/health and the page show (app/watch/health.py)."""
+    import time
+
+    from qlshadow.watch import health
+    shadow = "scheduled_system" in settings.shadow_origins
+    states = {h["cron_id"]: h["state"]
+              for h in health.read_all(int(time.time()), shadow=shadow, cron_id=cron_id)}
+    recent = health.recent_executions(list(states), shadow) if states else {}
+    out = {}
+    for cron_id, state in states.items():
+        last = max((e for e in recent.get(cron_id, ()) if not e.open),
+                   key=lambda e: e.start, default=None)
+        span = None if last is None or last.end is None else max(0, last.end - last.start)
+        out[cron_id] = (state, None if last is None else last.exit_code, span)
+    return out
+
+
+def _took_of(c: dict, found: tuple | None) -> str | None:
+    """How long the cron's last execution ran: the duration task.sh measured, unless the
+    execution's own start and end say it is not that one's (task.sh sends none for a run
+    under a second, so the cron keeps an older run's); then those times."""
+    if not c["last_execution_time"]:
+        return None
+    measured, span = c["last_running_time"], found[2] if found else None
+    if span is not None and (measured is None or span < measured):
+        return took(span)
+    return took(measured) if measured is not None else None
+
+
+def _cron_table(listed: list, utc: bool, found: dict) -> str:
     columns = [Column("id", right=True), Column("name", shrink=True), Column("schedule"),
-               Column("state"), Column("last run"), Column("took", right=True),
-               Column("command", shrink=True)]
-    rows = [[c["id"], c["name"], c["schedule"], _cron_state(c),
+               Column("state"), Column("exit", right=True), Column("last run"),
+               Column("took", right=True), Column("command", shrink=True)]
+    rows = [[c["id"], c["name"], c["schedule"], _state_of(c, found.get(c["id"])),
+             found[c["id"]][1] if c["id"] in found else None,
              when(c["last_execution_time"], utc) if c["last_execution_time"] else None,
-             duration(c["last_running_time"]) if c["last_execution_time"] else None,
-             c["command"]] for c in listed]
+             _took_of(c, found.get(c["id"])), c["command"]] for c in listed]
     return table(columns, rows, terminal_width())
 
 
-def _cron_record(c: dict, utc: bool) -> str:
+def _state_of(c: dict, found: tuple | None) -> str:
+    """The health state word; a cron past health's cap (MAX_CRONS) says `unknown`."""
+    return found[0] if found else "unknown"
+
+
+def _cron_record(c: dict, utc: bool, found: tuple | None) -> str:
     extra = ", ".join(e["schedule"] for e in c["extra_schedules"] or [])
     last = c["last_execution_time"]
     return record([
         ("id", c["id"]), ("name", c["name"]), ("command", c["command"]),
         ("schedule", c["schedule"] + (f" (also {extra})" if extra else "")),
-        ("state", _cron_state(c)), ("last run", when(last, utc) if last else None),
-        ("took", duration(c["last_running_time"]) if last else None),
+        ("state", _state_of(c, found)), ("process", _cron_state(c)),
+        ("last run", when(last, utc) if last else None),
+        ("last exit", found[1] if found else None), ("took", _took_of(c, found)),
         ("pid", c["pid"]), ("log", c["log_path"]), ("work_dir", c["work_dir"]),
         ("task_before", c["task_before"]), ("task_after", c["task_after"]),
         ("log_name", c["log_name"]),
@@ -226,19 +295,25 @@ def cmd_cron(args) -> int:
         else:
             print(f"added cron {cron['id']} ({cron['name']}) at {cron['schedule']}")
     elif args.cron_cmd == "list":
-        listed = _read(args, crons.listing, 1, 10**6)["data"]
+        settings, database = _open(args, create=False)
+        with database.connection_context():
+            listed = crons.listing(1, 10**6)["data"]
+            found = {} if args.json or not listed else _health_of(settings)
         if args.json:
             _print_json(listed)
         elif not listed:
             print("no crons yet: add one with `qlshadow cron add SCHEDULE COMMAND`")
         else:
-            sys.stdout.write(_cron_table(listed, args.utc))
+            sys.stdout.write(_cron_table(listed, args.utc, found))
     elif args.cron_cmd == "show":
-        cron = _read(args, crons.get, args.id)
+        settings, database = _open(args, create=False)
+        with database.connection_context():
+            cron = crons.get(_cron_id(args.id))
+            found = None if args.json else _health_of(settings, cron["id"]).get(cron["id"])
         if args.json:
             _print_json(cron)
         else:
-            sys.stdout.write(_cron_record(cron, args.utc))
+            sys.stdout.write(_cron_record(cron, args.utc, found))
     elif args.cron_cmd in ("rm", "enable", "disable"):
         def change(ids):
             named = _named(ids)  # read before the rows go
@@ -247,8 +322,8 @@ def cmd_cron(args) -> int:
             else:
                 crons.set_disabled(ids, args.cron_cmd == "disable")
             return named
-        ids = parse_ids(args.ids, "ID")
-        named = _change(args, lambda settings, planned: _existing(ids, change)())
+        named = _change(args, lambda settings, planned: _existing(_cron_ids(args.ids), change)(),
+                        create=False)
         print({"rm": "deleted", "enable": "enabled", "disable": "disabled"}[args.cron_cmd], named)
     elif args.cron_cmd == "edit":
         return cmd_cron_edit(args)
@@ -256,13 +331,14 @@ def cmd_cron(args) -> int:
         # Starts a detached run outside any transaction (it only reads the cron).
         settings, database = _open(args, create=False)
         with database.connection_context():
-            started = start_manual(settings, [args.id])
+            cron_id = _cron_id(args.id)
+            started = start_manual(settings, [cron_id])
             named = _named(started)
         if args.json:
             _print_json(started)
         else:
             # task.sh names the file when it starts: the log command finds it then.
-            print(f"started {named} as a manual run; its log: qlshadow log --cron {args.id} -f")
+            print(f"started {named} as a manual run; its log: qlshadow log --cron {cron_id} -f")
     return 0
 
 
@@ -302,25 +378,6 @@ def _quiet_option(text: str) -> str:
     return text.strip()
 
 
-def _cron_refs(refs: list) -> list:
-    """Cron ids of CRON arguments: an id, else a cron's exact name (one cron must have it)."""
-    from qlshadow.storage.models import Cron
-    ids = []
-    for ref in refs:
-        number = to_int(ref, 1, INT64_MAX) if ref.isascii() and ref.isdigit() else None
-        if number is not None:
-            ids.append(number)
-            continue
-        found = [row[0] for row in Cron.select(Cron.id).where(Cron.name == ref).limit(2).tuples()]
-        if not found:
-            raise CliError(f"no cron is named {ref!r}; give its id or exact name")
-        if len(found) > 1:
-            raise CliError(f"more than one cron is named {ref!r}; give its id")
-        ids.append(found[0])
-    crons.require(ids)
-    return list(dict.fromkeys(ids))
-
-
 def cmd_cron_edit(args) -> int:
     """Change how a cron is alerted on (alerting only: its crontab line stays as it is)."""
     data = _tuning_options(args)
@@ -328,7 +385,7 @@ def cmd_cron_edit(args) -> int:
         raise CliError("nothing to change: give --alert-after, --max-runtime or --quiet")
     _, database = _open(args)
     with database.connection_context(), db.write_transaction():
-        cron = crons.update({"id": args.id, **data})
+        cron = crons.update({"id": _cron_id(args.id), **data})
     if args.json:
         _print_json(cron)
     else:
@@ -358,7 +415,9 @@ def cmd_snooze(args) -> int:
         raise CliError(f"--until: {args.until!r} is not in the future")
     _, database = _open(args)
     with database.connection_context(), db.write_transaction():
-        done = crons.snooze(_cron_refs(args.crons), until, now)
+        ids = _cron_ids(args.crons)
+        crons.require(ids)
+        done = crons.snooze(ids, until, now)
     if args.json:
         _print_json(done)
         return 0
@@ -464,7 +523,7 @@ INSTANCE_STATES = ("running", "finished", "stopped", "failed")
 
 
 def _took(start, end) -> str | None:
-    return duration(end - start) if start is not None and end is not None else None
+    return took(end - start) if start is not None and end is not None else None
 
 
 def _runs_table(listed: list, names: dict, utc: bool) -> str:
@@ -508,6 +567,8 @@ def cmd_runs(args) -> int:
             raise CliError("--before takes a run id (a lowercase UUID) when Runs are listed")
     _, database = _open(args, create=False)
     with database.connection_context():
+        if args.cron is not None:
+            args.cron = _cron_id(args.cron)
         if legacy:
             state = "failed" if args.failed else args.state
             listed = crons.list_instances(
@@ -518,7 +579,9 @@ def cmd_runs(args) -> int:
                                       since=args.since, until=args.until, failed=args.failed)
         names = {} if args.json else _cron_names(r["cron_id"] for r in listed)
     if args.json:
-        _print_json(listed)
+        # As `status` and `reconcile`: the API's document (GET /open/runs, or
+        # /open/crons/ID/instances), its `data` under "data" (`jq .data` reads either).
+        _print_json({"data": listed})
         return 0
     if not listed:
         hint = "" if legacy else " (manual runs are Legacy instances only: add --legacy)"
@@ -551,6 +614,8 @@ def cmd_accept_failures(args) -> int:
 def _log_source(args) -> tuple:
     """(what, stored log path, finished() -> bool) of the execution the options name."""
     from qlshadow.storage.models import Cron, RunningInstance, ShadowRun
+    if args.cron is not None:
+        args.cron = _cron_id(args.cron)
     if args.run_id is not None:
         run = reader.get_run(args.run_id) if reader.UUID_TEXT.fullmatch(args.run_id) else None
         if run is None:
@@ -642,7 +707,8 @@ def cmd_reconcile(args) -> int:
     since = until - 7 * 86400 if args.since is None else args.since
     try:
         with database.connection_context():
-            data = reconcile(since, until, args.cron, args.stuck_after, now=now)
+            cron_id = None if args.cron is None else _cron_id(args.cron)
+            data = reconcile(since, until, cron_id, args.stuck_after, now=now)
     except ReconcileError as exc:
         print(f"qlshadow: {exc}", file=sys.stderr)
         return 2
@@ -686,7 +752,10 @@ def _use_language(lang: str) -> None:
 
 def _notify_tick(args, channels: list) -> int:
     if not channels:
-        return 0  # nothing to send: crond's every-minute tick costs a start-up and no more
+        # Nothing to send: crond's every-minute tick costs a start-up and no more.
+        if args.verbose:
+            print(_no_channel_note(args))
+        return 0
     from qlshadow.watch.alerts import tick
     settings = _settings(args)
     _use_language(settings.lang)
@@ -696,6 +765,22 @@ def _notify_tick(args, channels: list) -> int:
     if args.verbose:
         print(" ".join(f"{key}={value}" for key, value in done.items()))
     return 0
+
+
+def _no_channel_note(args) -> str:
+    """What `notify -v` did with no channel: nothing, and where crond's tick finds its own."""
+    said = "nothing was checked or sent: no notification channel is configured"
+    read = args.config or os.environ.get("QL_CONFIG")
+    if read:
+        return f"{said} in {read} or the environment"
+    try:
+        conf = os.path.join(config.load().data_dir, crontab.NOTIFY_CONF)
+    except config.ConfigError:
+        conf = ""  # the settings' own mistake is for the commands that use them
+    if conf and os.path.isfile(conf):
+        return (f"{said} in the environment (no --config); crond's tick reads {conf}: "
+                f"qlshadow notify -v --config {conf}")
+    return f"{said} in the environment (no --config); docs/NOTIFY.md lists the variables"
 
 
 _STATUS_COLUMNS = ((Column("cron", right=True), "cron_id"), (Column("name", shrink=True), "name"),
@@ -719,6 +804,7 @@ def cmd_status(args) -> int:
     with database.connection_context():
         healths = health.read_all(int(time.time()),
                                   shadow="scheduled_system" in settings.shadow_origins)
+        storage = None if args.json else _storage_line(settings)
     rows = [health.public(h) for h in healths]
     if crontab.install_state(settings) == "installed":
         from qlshadow.host.crond import NOT_RUNNING, crontab_words
@@ -738,7 +824,23 @@ def cmd_status(args) -> int:
                            terminal_width()))
     if not rows:
         print("no crons")
+    print(storage)
     return 0
+
+
+def _storage_line(settings) -> str:
+    """The storage budget's use in one line, as /health counts it (retention.storage_use)."""
+    from qlshadow.cli.textout import size
+    from qlshadow.storage import retention
+    policy = retention.policy_of(settings)
+    if not policy.db_path:
+        return (f"storage: task logs {size(retention.log_bytes(settings.log_dir))}; the "
+                "database is PostgreSQL, which keeps its own files (no budget)")
+    use = retention.storage_use(policy)
+    used, budget = use["used_bytes"], use["budget_bytes"]
+    if not budget:
+        return f"storage: {size(used)} used, no budget set (QL_STORAGE_BUDGET)"
+    return f"storage: {size(used)} of {size(budget)} ({100 * used / budget:.0f}%)"
 
 
 def cmd_prune(args) -> int:
@@ -808,7 +910,11 @@ def _output_options(p, json_help: str = "print JSON for scripts, not a table") -
     p.add_argument("--utc", action="store_true", help="show times in UTC, not the box's local time")
 
 
-TIME_HELP = "24h, 7d, 30m, 2026-11-30[T04:00], today, yesterday or epoch seconds"
+TIME_HELP = ("24h, 7d, 30m, 2026-11-30[T04:00], today, yesterday, 03:55 (today, local "
+             "time), \"yesterday 22:00\" or epoch seconds")
+
+
+CRON_HELP = "its id, or its name when one cron has it"
 
 
 def cmd_backup(args) -> int:
@@ -894,24 +1000,24 @@ def build_parser() -> argparse.ArgumentParser:
     q = cronsub.add_parser("list", help="list crons, newest first")
     _output_options(q)
     q = cronsub.add_parser("show", help="show one cron")
-    q.add_argument("id", type=_positive)
+    q.add_argument("id", type=_cron_ref, metavar="CRON", help=CRON_HELP)
     _output_options(q)
     for name, text in (("rm", "delete crons"), ("enable", "enable crons"),
                        ("disable", "disable crons")):
         q = cronsub.add_parser(name, help=text)
-        q.add_argument("ids", type=_positive, nargs="+", metavar="ID")
+        q.add_argument("ids", type=_cron_ref, nargs="+", metavar="CRON", help=CRON_HELP)
     q = cronsub.add_parser("run", help="run a cron now, detached (a manual run)")
-    q.add_argument("id", type=_positive)
+    q.add_argument("id", type=_cron_ref, metavar="CRON", help=CRON_HELP)
     q.add_argument("--json", action="store_true", help="print the started ids as JSON")
     q = cronsub.add_parser("edit", help="change how a cron is alerted on "
                            "(docs/ALERTS.md, Tuning)")
-    q.add_argument("id", type=_positive)
+    q.add_argument("id", type=_cron_ref, metavar="CRON", help=CRON_HELP)
     _tuning_arguments(q)
     q.add_argument("--json", action="store_true", help="print the changed cron as JSON")
 
     p = sub.add_parser("snooze", help="send no alert for crons until a time (still judged "
                        "and shown); --off ends it")
-    p.add_argument("crons", nargs="+", metavar="CRON", help="a cron's id or exact name")
+    p.add_argument("crons", type=_cron_ref, nargs="+", metavar="CRON", help=CRON_HELP)
     until = p.add_mutually_exclusive_group(required=True)
     until.add_argument("--for", dest="for_", metavar="DURATION", help="30m, 2h, 1d, 2w")
     until.add_argument("--until", metavar="TIME", help="2026-12-05T07:00 (local time), "
@@ -953,7 +1059,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "(Runs); running, finished, stopped, failed (instances)")
     p.add_argument("--since", type=_time, metavar="TIME", help="started at or after: " + TIME_HELP)
     p.add_argument("--until", type=_time, metavar="TIME", help="started before this time")
-    p.add_argument("--cron", type=_positive, metavar="ID", help="only executions of this cron")
+    p.add_argument("--cron", type=_cron_ref, metavar="CRON",
+                   help="only executions of this cron (" + CRON_HELP + ")")
     p.add_argument("--limit", type=_positive, default=50, help="at most this many (default 50)")
     p.add_argument("--before", metavar="ID", help="the next page: executions older than this "
                    "run id (or instance id), as the last line of a full page says")
@@ -966,7 +1073,8 @@ def build_parser() -> argparse.ArgumentParser:
     which = p.add_mutually_exclusive_group(required=True)
     which.add_argument("run_id", nargs="?", metavar="RUN_ID", help="a Shadow Run's id")
     which.add_argument("--instance", type=_positive, metavar="N", help="a Legacy instance's id")
-    which.add_argument("--cron", type=_positive, metavar="ID", help="this cron's latest execution")
+    which.add_argument("--cron", type=_cron_ref, metavar="CRON",
+                       help="this cron's latest execution (" + CRON_HELP + ")")
     p.add_argument("-n", "--lines", type=_count, default=50, metavar="N",
                    help="how many last lines (default 50)")
     p.add_argument("-f", "--follow", action="store_true",
@@ -979,7 +1087,8 @@ def build_parser() -> argparse.ArgumentParser:
                    + " (default: 7 days before --until)")
     p.add_argument("--until", type=_time, metavar="TIME", help="window end, excluded "
                    "(default: now)")
-    p.add_argument("--cron", type=_positive, metavar="ID", help="only this cron")
+    p.add_argument("--cron", type=_cron_ref, metavar="CRON", help="only this cron ("
+                   + CRON_HELP + ")")
     p.add_argument("--stuck-after", type=_duration, default=3600, metavar="DURATION",
                    help="a Run still running after this long counts as stuck: seconds, 30m, "
                    "2h (default 3600)")

@@ -108,6 +108,27 @@ def when(seconds: int | None, utc: bool = False) -> str:
     return utc_text(seconds) if utc else local_text(seconds)  # any time_t, 32-bit included
 
 
+def took(seconds: int | None) -> str:
+    """How long an execution ran: as duration, and `<1s` for a run under a second (times
+    are kept in whole seconds, so 0 is a run that started and ended in the same second)."""
+    if seconds is not None and seconds <= 0:
+        return "<1s"
+    return duration(seconds)
+
+
+def size(count: int | None) -> str:
+    """Bytes for a person: B, KiB, MiB or GiB with one decimal (as the page shows them)."""
+    if count is None:
+        return NONE
+    if count < 1024:
+        return f"{count} B"
+    for unit in ("KiB", "MiB", "GiB"):
+        count /= 1024
+        if count < 1024 or unit == "GiB":
+            break
+    return f"{count:.1f} {unit}"
+
+
 def duration(seconds: int | None) -> str:
     """A duration as 0s, 42s, 3m05s, 2h03m or 3d04h."""
     if seconds is None:

@@ -3,7 +3,8 @@
 A time is an age (`30m`, `24h`, `7d`, `2w`: that long before now), an ISO date or date
 and time (`2026-11-30`, `2026-11-30T04:00`, `2026-11-30 04:00:03+08:00`, `...Z`; without
 a zone it is the box's local time, a date alone its local midnight), `today`,
-`yesterday`, `now`, or epoch seconds. Errors name the option and list what is accepted.
+`yesterday`, `now`, a clock time (`03:55`, `03:55:10`: today, local time; `today 22:00`,
+`yesterday 22:00`), or epoch seconds. Errors name the option and list what is accepted.
 """
 from __future__ import annotations
 
@@ -18,8 +19,10 @@ _AGE = re.compile(r"([0-9]{1,9})([smhdw])")
 _ISO = re.compile(r"([0-9]{4})-([0-9]{2})-([0-9]{2})"
                   r"(?:[T ]([0-9]{2}):([0-9]{2})(?::([0-9]{2}))?)?"
                   r"(Z|[+-][0-9]{2}:?[0-9]{2})?")
+# A clock time, alone (today) or after `today` or `yesterday`: the box's local time.
+_CLOCK = re.compile(r"(?:(today|yesterday)\s+)?([0-9]{1,2}):([0-9]{2})(?::([0-9]{2}))?")
 ACCEPTED = ("30m, 24h, 7d, 2w, 2026-11-30, 2026-11-30T04:00[:SS][Z|+08:00], today, "
-            "yesterday, now or epoch seconds")
+            "yesterday, 03:55 (today), yesterday 22:00, now or epoch seconds")
 
 
 class TimeError(ValueError):
@@ -51,11 +54,11 @@ def parse_time(text: str, option: str = "", now: float | None = None) -> int:
         if word == "now":
             return int(now)
         if word in ("today", "yesterday"):
-            day = time.localtime(now)
-            midnight = (day.tm_year, day.tm_mon, day.tm_mday - (word == "yesterday"),
-                        0, 0, 0, 0, 0, -1)
-            return int(time.mktime(midnight))  # mktime normalises day 0 to the month before
-        if raw.isascii() and raw.isdigit() and len(raw) <= 10:
+            return _local_day(now, word == "yesterday", 0, 0, 0)
+        clock = _CLOCK.fullmatch(word)
+        if clock:
+            seconds = _clock(now, clock)
+        elif raw.isascii() and raw.isdigit() and len(raw) <= 10:
             seconds = int(raw)
         elif _AGE.fullmatch(word):
             seconds = int(now) - parse_duration(word, option)
@@ -70,6 +73,21 @@ def parse_time(text: str, option: str = "", now: float | None = None) -> int:
     if not 0 <= seconds <= MAX_SECONDS:
         raise TimeError(f"{_named(option)}{text!r} is out of range (1970 to 2038).")
     return seconds
+
+
+def _local_day(now: float, yesterday: bool, hour: int, minute: int, second: int) -> int:
+    """Epoch seconds of this clock time on the local day of now (or the day before)."""
+    day = time.localtime(now)
+    fields = (day.tm_year, day.tm_mon, day.tm_mday - yesterday, hour, minute, second, 0, 0, -1)
+    return int(time.mktime(fields))  # mktime normalises day 0 to the month before
+
+
+def _clock(now: float, match) -> int | None:
+    """Epoch seconds of `03:55`, `today 03:55` or `yesterday 22:00:10`, or None."""
+    hour, minute, second = (int(g or 0) for g in match.groups()[1:])
+    if hour > 23 or minute > 59 or second > 59:
+        return None
+    return _local_day(now, match.group(1) == "yesterday", hour, minute, second)
 
 
 def _iso(text: str) -> int | None:

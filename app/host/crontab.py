@@ -384,6 +384,47 @@ def state_file(settings) -> str:
     return os.path.abspath(settings.crontab_file) + ".failed"
 
 
+def installed_file(settings) -> str:
+    """Where the last install's outcome is kept: the install command and the digest of the
+    block file it installed, so that the block file is reported installed only when it was
+    (a block file written by a command that installed nothing, or elsewhere, is not)."""
+    return os.path.abspath(settings.crontab_file) + ".installed"
+
+
+def _digest(text: str) -> str:
+    import hashlib
+    return hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()
+
+
+def _note_installed(settings, content: str | None) -> None:
+    """Record that content was installed with this settings' command (None: nothing was)."""
+    path = installed_file(settings)
+    try:
+        if content is None:
+            if os.path.exists(path):
+                os.unlink(path)
+        else:
+            import json
+            _write_if_changed(path, json.dumps({"install": settings.crontab_install,
+                                                "sha256": _digest(content)}) + "\n")
+    except OSError:
+        pass  # install_state then says the block file is not known to be installed
+
+
+def _installed_as_written(settings) -> bool:
+    """True when the block file is what the last install installed, with this command."""
+    import json
+    try:
+        with open(installed_file(settings), encoding="utf-8") as fh:
+            noted = json.load(fh)
+        with open(settings.crontab_file, encoding="utf-8", errors="surrogateescape") as fh:
+            text = fh.read()
+    except (OSError, ValueError):
+        return False
+    return (isinstance(noted, dict) and noted.get("install") == settings.crontab_install
+            and noted.get("sha256") == _digest(text))
+
+
 def install_state(settings) -> str:
     """The crontab's state for /health and `qlshadow crontab`: installed, or why not."""
     if settings.scheduler != "system":
@@ -396,7 +437,11 @@ def install_state(settings) -> str:
     if not settings.crontab_install.strip():
         return "written, not installed: QL_CRONTAB_INSTALL is empty"
     if os.path.exists(settings.crontab_file):
-        return "installed"
+        if _installed_as_written(settings):
+            return "installed"
+        return (f"not installed: {os.path.abspath(settings.crontab_file)} holds a block "
+                f"that `{settings.crontab_install}` did not install; `qlshadow crontab` "
+                "installs it")
     return "none yet"
 
 
@@ -434,9 +479,15 @@ def _real_or_empty(path: str | None) -> str:
     return os.path.realpath(path) if path else ""
 
 
+# The data dirs this process serves (record_settings): a server installs with its own
+# settings, which it has just recorded, whatever an older record says.
+_SERVED: set = set()
+
+
 def record_settings(settings) -> None:
     """Record the install settings of this server in the data dir (0600, atomic)."""
     import json
+    _SERVED.add(real_data_dir(settings))
     record = dict(_record_values(settings), uid=os.geteuid())
     path = os.path.join(real_data_dir(settings), RECORD)
     try:
@@ -478,13 +529,30 @@ def _speaks_for_server(settings) -> bool:
 
 
 def check_installer(settings) -> None:
-    """Refuse to install the server's way as another user: `crontab` picks the user's own."""
+    """Refuse to install other than the server does: as another user (`crontab` picks the
+    user's own), or with other install settings than the server recorded (the block file
+    and /health would describe a crontab crond does not run)."""
     record = recorded_settings(settings.data_dir)
-    if (record is not None and record.get("uid") not in (None, os.geteuid())
+    if record is None or real_data_dir(settings) in _SERVED:
+        return
+    if (record.get("uid") not in (None, os.geteuid())
             and record.get("QL_CRONTAB_INSTALL") == settings.crontab_install):
         raise CrontabError(f"the server installs the crontab as uid {record['uid']} and this "
                            f"command runs as uid {os.geteuid()}: run it as the server's user "
                            "(or set QL_CRONTAB_INSTALL and QL_CRONTAB_LIST)")
+    mine = _record_values(settings)
+    differ = [key for key in ("QL_SCHEDULER",) + INSTALL_KEYS + ("QL_CRONTAB_FILE",)
+              if key in record and (os.path.realpath(str(record[key])) if key == "QL_CRONTAB_FILE"
+                                    else str(record[key])) != mine[key]]
+    if differ:
+        key = differ[0]
+        source = ("the environment" if key in os.environ
+                  else settings.config_file or "the environment")
+        raise CrontabError(
+            f"this command has {key}={mine[key]!r} (from {source}) but the server on "
+            f"{real_data_dir(settings)} installs with {key}={str(record[key])!r} (recorded "
+            f"by `qlshadow serve` in {RECORD}); unset {key} to install as the server does, "
+            "or restart the server with it")
 
 
 def note_state(settings, problem: str | None) -> None:
@@ -756,13 +824,16 @@ def put(settings, content: str, active: int, drop: tuple = ()) -> str:
     """
     path = os.path.abspath(settings.crontab_file)
     if settings.scheduler != "system":
+        _note_installed(settings, None)
         write(settings, content)
         return f"node scheduler: wrote {path}, installed nothing"
     if not settings.crontab_install.strip():
+        _note_installed(settings, None)
         write(settings, content)
         return f"wrote {path}; installed nothing (QL_CRONTAB_INSTALL is empty)"
     installed = _install(settings, content if active else None, drop)
     write(settings, content)
+    _note_installed(settings, content)
     if active:  # on OpenWrt crond may not run at all (app/host/crond.py)
         from qlshadow.host.crond import ensure_running
         ensure_running()
@@ -882,7 +953,8 @@ def remove(settings) -> str:
             return "QL_CRONTAB_INSTALL is empty: qlshadow installed nothing to remove"
         installed = _install(settings, None)
         where = f"with `{settings.crontab_install}`"
-        for path in (os.path.abspath(settings.crontab_file), state_file(settings)):
+        for path in (os.path.abspath(settings.crontab_file), state_file(settings),
+                     installed_file(settings)):
             try:
                 os.unlink(path)
             except FileNotFoundError:
