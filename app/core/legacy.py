@@ -133,9 +133,10 @@ _CLOSE_INSTANCES_NO_PID = Statement(lambda: RunningInstance.update(_CLOSE).where
     (RunningInstance.cron == slot("id")) & RunningInstance.pid.is_null() & _OPEN))
 
 
-def apply_status_callback(cb: StatusCallback, now: int) -> dict:
+def apply_status_callback(cb: StatusCallback, now: int, alerted: list | None = None) -> dict:
     """Apply rules 1-5 for every id inside the caller's transaction, and record an alert
-    event where a finish changes a cron's alert state (events.py).
+    event where a finish changes a cron's alert state (events.py); the ids of those crons
+    are appended to `alerted` when given (the in-service sender is woken for them).
 
     Returns {cron_id: the cron's definition as a dict} for the ids that exist (Shadow
     derives the task revision from it, so the cron is touched once per callback).
@@ -172,6 +173,8 @@ def apply_status_callback(cb: StatusCallback, now: int) -> dict:
         crons[cron_id] = dict(zip(DEFINITION_KEYS, row, strict=False))
         if finished is not None and finished != (row[-1] or "ok"):
             events.record(cron_id, row[-1], finished, now, exit_code, log_path)
+            if alerted is not None:
+                alerted.append(cron_id)
         if instance is not None:
             instance_values["id"] = cron_id
             instance.execute(instance_values)
