@@ -6,9 +6,9 @@
             exit code 1) and then recover (exit code 0); each delay is from the moment the
             finish callback was sent to the moment the receiver got the message.
   callbacks the latency of --callbacks ordinary callbacks (running + idle, exit 0: no state
-            change) while the receiver answers, and while it hangs (it takes the request
-            and never answers; QL_NOTIFY_TIMEOUT=30 keeps the sender waiting), alternating
-            in --phases rounds.
+            change) on --baseline's server, and on this tree's while the receiver answers
+            and while it hangs (it takes the request and never answers;
+            QL_NOTIFY_TIMEOUT=30 keeps the sender waiting), rotating in --phases rounds.
   memory    the server's RSS and threads: idle after start (no alert sent yet), beside the
             same for --baseline REF (a tree before the sender) started the same way; and
             again once the alerts above were sent and the sender thread ended.
@@ -173,15 +173,21 @@ def callback_latencies(url: str, token: str, cron_id: int, n: int, pid0: int) ->
     return out
 
 
-def bench_callbacks(url: str, token: str, receiver: Receiver, n: int, phases: int) -> dict:
-    ordinary = request("POST", url + "/open/crons",
-                       {"name": "ordinary", "command": "true", "schedule": "@once"},
-                       token)["data"]["id"]
-    runs: dict = {"answering": [], "hanging": []}
+def bench_callbacks(targets: dict, receiver: Receiver, n: int, phases: int) -> dict:
+    """Callback latencies on the baseline server ("main"), on this tree's while the receiver
+    answers ("answering") and while it hangs ("hanging"), in rotating order per phase."""
+    ordinary = {name: request("POST", url + "/open/crons",
+                              {"name": "ordinary", "command": "true", "schedule": "@once"},
+                              token)["data"]["id"]
+                for name, (url, token) in targets.items()}
+    kinds = ["main", "answering", "hanging"]
+    runs: dict = {kind: [] for kind in kinds}
     pid = 100000
+    url, token = targets["sender"]
     for phase in range(phases):
-        # Alternating which comes first, so that a growing history weighs on both alike.
-        for kind in ("answering", "hanging") if phase % 2 == 0 else ("hanging", "answering"):
+        # Rotating which comes first, so that a growing history and the machine's other
+        # work weigh on all three alike.
+        for kind in kinds[phase % 3:] + kinds[:phase % 3]:
             if kind == "hanging":
                 # A failure makes the sender send to a receiver that never answers.
                 victim = request("POST", url + "/open/crons",
@@ -193,15 +199,17 @@ def bench_callbacks(url: str, token: str, receiver: Receiver, n: int, phases: in
                 finish(url, token, victim, 1, pid - 1)
                 wait_arrival(receiver, expected)  # the sender now hangs in its send
             pid += n
-            runs[kind] += callback_latencies(url, token, ordinary, n, pid)
+            server = "main" if kind == "main" else "sender"
+            runs[kind] += callback_latencies(targets[server][0], targets[server][1],
+                                             ordinary[server], n, pid)
             if kind == "hanging":
                 receiver.hold.clear()
                 receiver.release.set()
     summary = {k: {"p50_ms": ms(statistics.median(v)), "p99_ms": ms(pct(v, 0.99)), "n": len(v)}
                for k, v in runs.items()}
-    for q, name in ((0.5, "p50"), (0.99, "p99")):
-        summary[f"{name}_ratio_hanging_vs_answering"] = round(
-            pct(runs["hanging"], q) / pct(runs["answering"], q), 3)
+    for a, b in (("hanging", "answering"), ("answering", "main"), ("hanging", "main")):
+        for q, name in ((0.5, "p50"), (0.99, "p99")):
+            summary[f"{name}_ratio_{a}_vs_{b}"] = round(pct(runs[a], q) / pct(runs[b], q), 3)
     return summary
 
 
@@ -209,8 +217,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=20, help="crons that fail, then recover")
     parser.add_argument("--callbacks", type=int, default=1000, help="callbacks per phase")
-    parser.add_argument("--phases", type=int, default=2)
-    parser.add_argument("--baseline", default="main", help="git ref for the idle-RSS comparison")
+    parser.add_argument("--phases", type=int, default=3)
+    parser.add_argument("--baseline", default="main",
+                        help="git ref of the tree before the sender (callbacks and idle RSS)")
     parser.add_argument("--db-url", default="", help="default: a new SQLite file")
     args = parser.parse_args()
     work = tempfile.mkdtemp(prefix="bench-alerts-")
@@ -222,24 +231,23 @@ def main() -> int:
         channel = {"NTFY_URL": receiver.url, "NTFY_TOPIC": "bench", "QL_NOTIFY_TIMEOUT": "30"}
         from bench import baseline_env
         old = baseline_env(args.baseline, os.path.join(work, "tree"))["PYTHONPATH"]
-        memory = {}
+        memory, targets = {}, {}
         for name, path in (("baseline", old), ("sender", None)):
             os.makedirs(os.path.join(work, name))
             server, token = start(os.path.join(work, name), url_of(name), channel, path)
             servers.append(server)
+            targets["main" if path else "sender"] = (server.url, token)
             time.sleep(1)
             memory[name + "_idle"] = proc_status(server.process.pid)
         memory["idle_rss_ratio_sender_vs_baseline"] = round(
             memory["sender_idle"]["rss_kib"] / memory["baseline_idle"]["rss_kib"], 3)
-        servers[0].stop()
         result = {"delays": bench_delays(server.url, token, receiver, args.rounds)}
         end = time.monotonic() + 10
         while proc_status(server.process.pid)["threads"] > memory["sender_idle"]["threads"] \
                 and time.monotonic() < end:
             time.sleep(0.05)
         memory["sender_after_alerts"] = proc_status(server.process.pid)
-        result["callbacks"] = bench_callbacks(server.url, token, receiver, args.callbacks,
-                                              args.phases)
+        result["callbacks"] = bench_callbacks(targets, receiver, args.callbacks, args.phases)
         result["memory"] = memory
         result["database"] = "postgresql" if args.db_url else "sqlite"
         print(json.dumps(result, indent=2))
