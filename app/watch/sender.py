@@ -84,9 +84,15 @@ class Sender:
                 self._unlogged += 1
             self._wakes.append((time.monotonic(), reason))
             if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="qlshadow-sender",
-                                                daemon=True)
-                self._thread.start()
+                thread = threading.Thread(target=self._run, name="qlshadow-sender",
+                                          daemon=True)
+                try:
+                    thread.start()
+                except RuntimeError as exc:  # no thread to be had: the tick sends it
+                    log.warning("alert sender: cannot start its thread (%s); the next tick "
+                                "sends what is due", exc)
+                    return
+                self._thread = thread
 
     def _run(self) -> None:
         try:
