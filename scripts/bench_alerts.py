@@ -94,8 +94,10 @@ def start(base: str, db_url: str, extra: dict, pythonpath: str | None = None) ->
         env.pop(name, None)
     if pythonpath:
         env["PYTHONPATH"] = pythonpath
-    subprocess.run([sys.executable, "-m", "qlshadow.cli", "token", "system"], env=env,
-                   cwd=base, check=True, capture_output=True, timeout=60)
+    made = subprocess.run([sys.executable, "-m", "qlshadow.cli", "token", "system"], env=env,
+                          cwd=base, capture_output=True, text=True, timeout=60)
+    if made.returncode != 0:
+        raise RuntimeError(f"qlshadow token system: {made.stderr.strip()}")
     with open(os.path.join(base, "token.json")) as fh:
         token = json.load(fh)["value"]
     server = Serve(env=env, cwd=base)
@@ -220,14 +222,19 @@ def main() -> int:
     parser.add_argument("--phases", type=int, default=3)
     parser.add_argument("--baseline", default="main",
                         help="git ref of the tree before the sender (callbacks and idle RSS)")
-    parser.add_argument("--db-url", default="", help="default: a new SQLite file")
+    parser.add_argument("--db-url", default="", help="this tree's database (default: a new "
+                        "SQLite file); with it, --baseline-db-url: another, empty one")
+    parser.add_argument("--baseline-db-url", default="")
     args = parser.parse_args()
+    if bool(args.db_url) != bool(args.baseline_db_url):
+        parser.error("--db-url and --baseline-db-url go together (two empty databases)")
     work = tempfile.mkdtemp(prefix="bench-alerts-")
     receiver = Receiver()
     servers = []
     try:
         def url_of(name: str) -> str:
-            return args.db_url or f"sqlite:///{work}/{name}/qlshadow.db"
+            given = args.db_url if name == "sender" else args.baseline_db_url
+            return given or f"sqlite:///{work}/{name}/qlshadow.db"
         channel = {"NTFY_URL": receiver.url, "NTFY_TOPIC": "bench", "QL_NOTIFY_TIMEOUT": "30"}
         from bench import baseline_env
         old = baseline_env(args.baseline, os.path.join(work, "tree"))["PYTHONPATH"]
