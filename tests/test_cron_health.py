@@ -67,25 +67,25 @@ def test_a_cron_with_no_firing_due_yet_is_new(client, auth):
     assert h["next_expected"] == BASE + 600 and h["grace"] == 60
 
 
-def test_a_firing_without_a_record_is_late_within_grace_then_missed(client, auth):
+def test_a_firing_without_a_record_is_missed_once_its_grace_after_the_firing_ran_out(
+        client, auth):
     cron_id = new_cron(client, auth, "*/10 * * * *", BASE - 3600)
     every_ten(client, auth, cron_id, BASE - 3000, BASE - 600)
     assert state_of(cron_id, BASE + 59)["state"] == "ok"  # still the firing's own minute
-    late = state_of(cron_id, BASE + 90)
-    assert (late["state"], late["since"]) == ("late", BASE + 60)
-    assert "no record yet" in late["reason"]
-    missed = state_of(cron_id, BASE + 121)
-    assert (missed["state"], missed["since"]) == ("missed", BASE + 120)
+    # The grace (60 s) counts from the firing, not from the end of its minute: the tick of
+    # the next minute tells it (grace + 60 s after the firing at the latest).
+    missed = state_of(cron_id, BASE + 60)
+    assert (missed["state"], missed["since"]) == ("missed", BASE + 60)
     assert "crond did not start it" in missed["reason"]
     # Three firings later it is still missed, since the first one that has no record.
-    assert state_of(cron_id, BASE + 1900)["since"] == BASE + 120
+    assert state_of(cron_id, BASE + 1900)["since"] == BASE + 60
 
 
 def test_a_cron_that_never_ran_at_all_is_missed_once_a_firing_passed_grace(client, auth):
     cron_id = new_cron(client, auth, "0 * * * *", BASE - 7200 - 30)
     h = state_of(cron_id, BASE + 10)
     assert h["grace"] == 360 and h["last_start"] is None
-    assert (h["state"], h["since"]) == ("missed", BASE - 7200 + 60 + 360)
+    assert (h["state"], h["since"]) == ("missed", BASE - 7200 + 360)
 
 
 def test_a_failed_execution_makes_the_cron_failed_until_one_succeeds(client, auth):
@@ -228,9 +228,12 @@ def test_a_grace_set_on_the_cron_replaces_the_default(client, auth):
         Cron.update(created_at=BASE - 3600, updated_at=BASE - 3600).where(
             Cron.id == cron_id).execute()
     every_ten(client, auth, cron_id, BASE - 3000, BASE - 600)
-    assert state_of(cron_id, BASE + 359)["state"] == "late"
-    assert state_of(cron_id, BASE + 360)["state"] == "missed"
-    assert state_of(cron_id, BASE + 360)["grace"] == 300
+    late = state_of(cron_id, BASE + 90)
+    assert (late["state"], late["since"]) == ("late", BASE + 60)
+    assert "no record yet" in late["reason"]
+    assert state_of(cron_id, BASE + 299)["state"] == "late"
+    assert state_of(cron_id, BASE + 300)["state"] == "missed"
+    assert state_of(cron_id, BASE + 300)["grace"] == 300
     assert client.put("/open/crons", json={"id": cron_id, "grace": None},
                       headers=auth).status_code == 200
     back = state_of(cron_id, BASE + 360)  # back to the default; the same firings judged
@@ -349,7 +352,8 @@ def test_evaluate_needs_no_database():
     done = [health.Execution(BASE - 3600 + 1, BASE - 3600 + 5, 0, False, True)]
     h = health.evaluate(cron, done, firings, BASE + 100)
     assert (h["state"], h["grace"], h["next_expected"]) == ("late", 360, BASE + 3600)
-    assert health.evaluate(cron, done, firings, BASE + 60 + 360)["state"] == "missed"
+    assert health.evaluate(cron, done, firings, BASE + 359)["state"] == "late"
+    assert health.evaluate(cron, done, firings, BASE + 360)["state"] == "missed"
 
 
 # --- the gate counts failures ---------------------------------------------------------------

@@ -167,11 +167,11 @@ def test_missed_firings_are_gaps_in_the_strip_where_the_schedule_fired(page, fee
 
 
 def test_a_firing_still_within_its_grace_is_drawn_late_and_older_ones_missed(page, make_cron):
-    cron = make_cron(name="every-minute", schedule="* * * * *")["id"]
+    cron = make_cron(name="every-minute", schedule="* * * * *", grace=120)["id"]
     backdate(cron, 330)
     html = html_of(page, "/page/")
     kinds = re.findall(r'<rect class="(ok|failed|missed|late)"', row_of(html, "every-minute"))
-    # The newest due minute ended under a minute ago: within its 60 s grace, so late.
+    # The newest due firing is under 2 minutes old: within its 120 s grace, so late.
     assert len(kinds) >= 4 and kinds[-1] == "late" and set(kinds[:-1]) == {"missed"}
     assert 'class="state missed">Missed a firing<' in row_of(html, "every-minute")
 

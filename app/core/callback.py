@@ -1,6 +1,7 @@
 """The status callback that crond jobs send: the whole hot path of the service, without HTTP.
 
-handle() takes the request body and answers with the Shadow outcome: parse the body
+handle() takes the request body and answers with the Shadow outcome and the crons whose
+alert state the callback changed (an event to send once it is committed): parse the body
 strictly (legacy.parse_status_callback), then one transaction holding the Legacy rules 1-5
 (legacy.apply_status_callback), a bounded retention step, and the Shadow writer
 (shadow/writer.py) when Shadow is on and the callback carries an execution_id. Refusals
@@ -18,34 +19,36 @@ PATH = "/open/crons/status"
 SCOPES = ("crons", "status")  # the runner's token has only "status"
 
 
-def handle(raw: bytes, settings, runtime) -> str:
+def handle(raw: bytes, settings, runtime) -> tuple:
     """Parse and apply one callback body in one write transaction; raises on any refusal.
 
-    Returns the Shadow outcome ("off" when Shadow did not run); the HTTP answer never
-    depends on it.
+    Returns (the Shadow outcome, "off" when Shadow did not run; the ids of the crons whose
+    alert event it recorded, usually none). The HTTP answer depends on neither; the web
+    adapter wakes the alert sender (watch/sender.py) for the second once it has answered.
     """
     cb = parse_status_callback(decode_json(raw))
     now = int(time.time())
     shadow = settings.shadow_on and cb.execution_id is not NOT_GIVEN
-    outcome = db.run_write(_write, runtime.pruner, cb, now, shadow, settings.failure_cap,
-                           settings.shadow_savepoint)
+    outcome, alerted = db.run_write(_write, runtime.pruner, cb, now, shadow,
+                                    settings.failure_cap, settings.shadow_savepoint)
     # Committed: /health hears that writes work, and the Shadow outcome is counted (a
     # rolled-back one never is). A database error out of run_write wrote nothing; the web
     # adapter's error answer (views/errors.answer_for) records it.
     runtime.writes.note_ok()
     if outcome != "off":
         runtime.counters.count_shadow(outcome)
-    return outcome
+    return outcome, alerted
 
 
-def _write(pruner, cb, now: int, shadow: bool, failure_cap: int, fail_open: bool) -> str:
-    """The body of the callback's one transaction."""
-    crons = apply_status_callback(cb, now)
+def _write(pruner, cb, now: int, shadow: bool, failure_cap: int, fail_open: bool) -> tuple:
+    """The body of the callback's one transaction: (Shadow outcome, alerted cron ids)."""
+    alerted = []  # filled by the Legacy rules, with no statement of its own
+    crons = apply_status_callback(cb, now, alerted)
     # Bounded retention shares the callback's transaction, outside Shadow's savepoint.
     pruner.on_write(now)
     if not shadow:
-        return "off"
-    return (_observe or _load_writer())(cb, crons, now, failure_cap, fail_open)
+        return "off", alerted
+    return (_observe or _load_writer())(cb, crons, now, failure_cap, fail_open), alerted
 
 
 _observe = None

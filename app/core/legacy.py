@@ -114,7 +114,7 @@ def _update_cron(idle_with_log: bool):
         Cron.status: status, Cron.pid: pid, Cron.log_path: log_path,
         Cron.last_execution_time: fn.COALESCE(slot("started"), Cron.last_execution_time),
         Cron.last_running_time: fn.COALESCE(slot("duration"), Cron.last_running_time)})
-        .where(Cron.id == slot("id")).returning(*DEFINITION, Cron.alert_state))
+        .where(Cron.id == slot("id")).returning(*DEFINITION, Cron.alert_after, Cron.alert_state))
 
 
 _UPDATE_CRON = Statement(lambda: _update_cron(False))
@@ -133,9 +133,10 @@ _CLOSE_INSTANCES_NO_PID = Statement(lambda: RunningInstance.update(_CLOSE).where
     (RunningInstance.cron == slot("id")) & RunningInstance.pid.is_null() & _OPEN))
 
 
-def apply_status_callback(cb: StatusCallback, now: int) -> dict:
+def apply_status_callback(cb: StatusCallback, now: int, alerted: list | None = None) -> dict:
     """Apply rules 1-5 for every id inside the caller's transaction, and record an alert
-    event where a finish changes a cron's alert state (events.py).
+    event where a finish changes a cron's alert state (events.py); the ids of those crons
+    are appended to `alerted` when given (the in-service sender is woken for them).
 
     Returns {cron_id: the cron's definition as a dict} for the ids that exist (Shadow
     derives the task revision from it, so the cron is touched once per callback).
@@ -168,10 +169,16 @@ def apply_status_callback(cb: StatusCallback, now: int) -> dict:
         row = update.execute(values).fetchone()
         if row is None:
             continue  # rule 1
-        # The row ends with the alert state, which zip leaves out of the definition.
+        # The row ends with alert_after and the alert state, which zip leaves out of the
+        # definition.
         crons[cron_id] = dict(zip(DEFINITION_KEYS, row, strict=False))
         if finished is not None and finished != (row[-1] or "ok"):
             events.record(cron_id, row[-1], finished, now, exit_code, log_path)
+            if alerted is not None:
+                alerted.append(cron_id)
+        elif finished == "failed" and (row[-2] or 1) > 1 and alerted is not None:
+            # Another failure in a row: the event held for alert_after may be due now.
+            alerted.append(cron_id)
         if instance is not None:
             instance_values["id"] = cron_id
             instance.execute(instance_values)

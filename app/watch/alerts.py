@@ -26,7 +26,7 @@ import os
 import socket
 import time
 
-from peewee import JOIN, SQL, fn
+from peewee import JOIN, SQL, Case, fn
 
 from qlshadow.storage import db
 from qlshadow.core import events
@@ -380,7 +380,8 @@ def prune(settings, now: int) -> int:
 
 def notify_log(limit: int = 50) -> list:
     """The newest deliveries first, then events no channel took yet; each a dict of
-    at, cron_id, name, state, channel, outcome, attempts, last_error, updated_at.
+    at, cron_id, name, state, channel, outcome, attempts, last_error, updated_at,
+    delay_seconds (from the event to the pass that sent it; None until sent).
 
     outcome: sent, pending (tried again later), given_up; for an event with no delivery:
     new (no tick has queued it: no channel configured, or the alert tuning holds it),
@@ -402,8 +403,24 @@ def notify_log(limit: int = 50) -> list:
             outcome = {TOO_OLD: "too_old", HELD_BACK: "held_back"}.get(status, "new")
         out.append({"at": at, "cron_id": cron_id, "name": name, "state": state,
                     "channel": channel, "outcome": outcome, "attempts": attempts or 0,
-                    "last_error": error, "updated_at": updated})
+                    "last_error": error, "updated_at": updated,
+                    "delay_seconds": updated - at if outcome == "sent" else None})
     return out
+
+
+DELAY_BUCKETS = (1, 2, 5, 10, 30, 60, 120, 300, 600)  # seconds: /metrics' histogram
+
+
+def delays(bounds: tuple = DELAY_BUCKETS) -> tuple:
+    """([sent deliveries whose delay is at most each bound], count, sum of delays) over the
+    stored deliveries, in one statement: the delay from an event to the sending pass."""
+    delay = AlertDelivery.updated_at - AlertEvent.at
+    row = (AlertDelivery
+           .select(*(fn.SUM(Case(None, [(delay <= bound, 1)], 0)) for bound in bounds),
+                   fn.COUNT(SQL("*")), fn.SUM(delay))
+           .join(AlertEvent, on=(AlertDelivery.event == AlertEvent.id))
+           .where(AlertDelivery.outcome == "sent").tuples().get())
+    return [int(n or 0) for n in row[:-2]], int(row[-2] or 0), int(row[-1] or 0)
 
 
 def counts_by_channel() -> dict:

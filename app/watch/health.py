@@ -173,13 +173,13 @@ def evaluate(cron: dict, executions: list, firings: Firings, now: int,
 
     late = None
     if due and not started(due[-1]):
-        missing = [f for f in due[-2:] if not started(f) and now >= f + _MINUTE + grace]
+        missing = [f for f in due[-2:] if not started(f) and now >= missed_after(f, grace)]
         if missing:
             after = max(judged_from, newest.start if newest else judged_from)
             first = firings.first_after(after)
             first = first if first is not None and first <= missing[0] else missing[0]
-            return state("missed", first + _MINUTE + grace,
-                         _("The firing at {at} has no record {grace} s after its minute: crond "
+            return state("missed", missed_after(first, grace),
+                         _("The firing at {at} has no record {grace} s after it: crond "
                            "did not start it, or its callbacks were lost.").format(
                                at=_when(missing[-1]), grace=grace))
         late = due[-1]
@@ -200,7 +200,7 @@ def evaluate(cron: dict, executions: list, firings: Firings, now: int,
         return state("late", late + _MINUTE,
                      _("The firing at {at} has no record yet; it counts as missed after "
                        "{deadline}.").format(at=_when(late),
-                                            deadline=_when(late + _MINUTE + grace)))
+                                            deadline=_when(missed_after(late, grace))))
     if newest is not None and newest.open:
         return state("running", newest.start,
                      _("It has been running since {since}.").format(since=_when(newest.start)))
@@ -223,6 +223,14 @@ def evaluate(cron: dict, executions: list, firings: Firings, now: int,
                  text.format(start=_when(last.start)))
 
 
+def missed_after(firing: int, grace: int) -> int:
+    """When a firing with no record counts as missed: its grace after the firing itself, as
+    Healthchecks counts a period's grace (not after the end of the firing's minute, which
+    made every-minute crons be told 3 minutes after their last finish), and never before
+    its minute ended (it is due only then)."""
+    return firing + max(grace, _MINUTE)
+
+
 def firing_started(firing: int, starts: list, by_start: list, grace: int) -> bool:
     """Whether a record stands for the firing: one starting from it until its grace ran
     out; a known manual run only in the firing's own minute (as in the gate)."""
@@ -243,7 +251,7 @@ def missed_firings(cron: dict, executions: list, expected: list, grace: int, now
     by_start = sorted(executions, key=lambda e: e.start)
     starts = [e.start for e in by_start]
     return sum(1 for f in expected
-               if now >= f + _MINUTE + grace and not in_clock_step(f, steps)
+               if now >= missed_after(f, grace) and not in_clock_step(f, steps)
                and not firing_started(f, starts, by_start, grace))
 
 
@@ -478,5 +486,5 @@ def _missed_recent(cron: dict, executions: list, grace: int, schedules: Schedule
     judged_from = max(cron["created_at"], cron["updated_at"]) + 1
     lo = min((e.start for e in executions), default=judged_from)
     lo = max(lo, judged_from, now - 31 * _DAY)
-    expected = schedules.between(cron["schedule"], lo, now - _MINUTE - grace + 1)
+    expected = schedules.between(cron["schedule"], lo, now - max(grace, _MINUTE) + 1)
     return missed_firings(cron, executions, expected, grace, now, steps)

@@ -161,6 +161,18 @@ def _channel_names(settings) -> list:
         return []
 
 
+def _delay_histogram(out: _Text, buckets: list, count: int, total: int) -> None:
+    from qlshadow.watch.alerts import DELAY_BUCKETS
+    name = "qlshadow_notification_delay_seconds"
+    out.lines += [f"# HELP {name} Seconds from each stored alert event to the pass (the "
+                  "service's sender or a notify tick) that sent its delivery.",
+                  f"# TYPE {name} histogram"]
+    out.lines += [f'{name}_bucket{{le="{bound}"}} {n}' for bound, n in zip(DELAY_BUCKETS, buckets,
+                                                                          strict=True)]
+    out.lines += [f'{name}_bucket{{le="+Inf"}} {count}', f"{name}_sum {total}",
+                  f"{name}_count {count}"]
+
+
 def _host_families(out: _Text, settings) -> None:
     """Free bytes where the data lives, and (system mode) whether the crontab is installed."""
     from qlshadow.storage.db import free_bytes
@@ -197,7 +209,7 @@ def render(counters: Counters, settings=None, policy=None) -> str:
                "Requests whose database work failed and was rolled back, since start.",
                [({}, counts["write_errors"])])
     from peewee import DatabaseError, InterfaceError
-    healths = failures = notifications = None
+    healths = failures = notifications = delays = None
     try:
         sizes, runs, finishes = storage_bytes(), runs_by_state(), last_finishes()
         if settings is not None:
@@ -206,13 +218,13 @@ def render(counters: Counters, settings=None, policy=None) -> str:
                                       shadow="scheduled_system" in settings.shadow_origins,
                                       count_missed=True)
             failures = cron_failures()
-            from qlshadow.watch.alerts import counts_by_channel
-            notifications = counts_by_channel()
+            from qlshadow.watch import alerts
+            notifications, delays = alerts.counts_by_channel(), alerts.delays()
     except (DatabaseError, InterfaceError):
         # The counters matter most while the database fails: answer them without its part.
         from qlshadow.storage.db import discard_connection
         discard_connection()
-        sizes = runs = finishes = healths = notifications = None
+        sizes = runs = finishes = healths = notifications = delays = None
     out.family("qlshadow_database_up", "gauge",
                "1 when the database answered this scrape's reads, else 0.",
                [({}, 0 if sizes is None else 1)])
@@ -251,6 +263,8 @@ def render(counters: Counters, settings=None, policy=None) -> str:
                    "pending (tried again by a later notify tick), given_up.",
                    [({"channel": channel, "outcome": outcome}, n)
                     for (channel, outcome), n in sorted(counts.items())])
+    if delays is not None:
+        _delay_histogram(out, *delays)
     if settings is not None:
         _host_families(out, settings)
     rss = process_rss_bytes()

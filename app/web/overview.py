@@ -238,7 +238,7 @@ def strip_slots(cron: dict, executions: list, found: dict, schedules, now: int,
         for f in gaps:
             if in_clock_step(f, steps):
                 kind, label = "clock_step", _("no record, in a step of the host's clock: not missed")
-            elif now >= f + _MINUTE + grace:
+            elif now >= health.missed_after(f, grace):
                 kind, label = "missed", _("no record: missed")
             else:
                 kind, label = "late", _("no record yet, still within its grace")

@@ -211,6 +211,13 @@ def serve(settings, threads: int | None = None, callback_lane: str | None = None
                              clear_untrusted_proxy_headers=True)
     except ListenError as exc:
         raise config.ConfigError(str(exc)) from None
+    from qlshadow.watch import sender as alert_sender
+    sender = alert_sender.install(app)
+    if server.lane is not None:
+        # The loop lane's callbacks are durable only after the batch's fsync: their
+        # wake-ups wait for it (watch/sender.py).
+        sender.hold_thread = server.lane.loop_thread
+        server.lane.after_batch = sender.release
     try:
         if settings.port == 0:
             # Port 0 picked a free port: crontab lines and manual runs must call the real one.

@@ -108,6 +108,9 @@ class LoopLane:
         self.group = group
         self.pending = collections.deque()
         self.loop_thread = threading.get_ident()
+        # Called with whether the batch is durable once a batch's callbacks were answered
+        # (after its fsync): the alert sender's release (serving.serve).
+        self.after_batch = None
 
     def set_thread_count(self, count: int) -> None:
         self.workers.set_thread_count(count)
@@ -126,6 +129,8 @@ class LoopLane:
 
     def run_pending(self) -> None:
         pending, group = self.pending, self.group
+        if not pending:
+            return
         held = {}  # channels whose answers wait for the batch's fsync (a channel may come twice)
         while pending:
             channel = pending.popleft()
@@ -136,12 +141,15 @@ class LoopLane:
                 channel.service()  # answers every error itself; a defect below is logged
             except Exception:
                 log.exception("unexpected error while answering a callback on %r", channel)
+        durable = True
         if held:
             durable = group.sync()
             for channel in held:
                 del channel.send
                 if not durable:
                     channel.handle_close()  # no answer rather than one the disk may not keep
+        if self.after_batch is not None:
+            self.after_batch(durable)
 
     def shutdown(self, cancel_pending: bool = True, timeout: float = 5) -> bool:
         while self.pending:

@@ -6,7 +6,9 @@ Flask's wsgi_app (Flask's documented middleware hook) with CallbackRoute: it ans
 request for exactly /open/crons/status itself, and hands everything else, including other
 spellings of that path (case, trailing slash), to Flask unchanged. Here: the method, the
 connection, the token (common.authorize), the body limit, the core call
-(qlshadow.core.callback.handle), every error through errors.answer_for, and the counting.
+(qlshadow.core.callback.handle), every error through errors.answer_for, and the counting;
+and, when the callback recorded an alert event, a wake-up of the alert sender
+(watch/sender.py) once the server is done with the answer (its iterable's close()).
 """
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from werkzeug.wsgi import get_input_stream
 from qlshadow.storage import db
 from qlshadow.core.callback import PATH, SCOPES, handle
 from qlshadow.core.runtime import KEY as RUNTIME_KEY
+from qlshadow.watch.sender import KEY as SENDER_KEY
 from qlshadow.web.views.common import authorize
 from qlshadow.web.views.errors import answer_for
 
@@ -48,14 +51,33 @@ class CallbackRoute:
         try:
             db.ensure_connection()
             authorize(runtime.tokens, SCOPES, environ.get("HTTP_AUTHORIZATION", ""))
-            handle(_body(environ, settings.max_body), settings, runtime)
+            _, alerted = handle(_body(environ, settings.max_body), settings, runtime)
         except Exception as exc:  # RequestEntityTooLarge too: answered like any other 413
             status, message = answer_for(exc, runtime, settings.max_body)
             runtime.counters.count_callback(RESULT_OF.get(status, "error"))
             return _error(start_response, status, message)
         runtime.counters.count_callback("ok")
         start_response(*_OK)
+        if alerted:
+            sender = extensions.get(SENDER_KEY)
+            if sender is not None:
+                return _WakeAfter(sender)
         return [OK_BODY]
+
+
+class _WakeAfter:
+    """The ok answer, which wakes the alert sender when the server closes it (PEP 3333:
+    after the body was written), never before the callback's transaction committed."""
+    __slots__ = ("sender",)
+
+    def __init__(self, sender):
+        self.sender = sender
+
+    def __iter__(self):
+        return iter((OK_BODY,))
+
+    def close(self) -> None:
+        self.sender.wake("callback")
 
 
 def _error(start_response, status: int, message: str, headers: list = ()):
