@@ -39,7 +39,7 @@ def _check(since: int, until: int, cron_id, stuck_after: int, tolerance: float) 
     for name, value in (("since", since), ("until", until)):
         if type(value) is not int or not 0 <= value <= TIME_MAX:
             raise ReconcileError(f"'{name}' must be epoch seconds between 0 and {TIME_MAX}.")
-    if type(stuck_after) is not int or stuck_after < 0:
+    if stuck_after is not None and (type(stuck_after) is not int or stuck_after < 0):
         raise ReconcileError("'stuck_after' must be a non-negative integer (seconds).")
     if cron_id is not None and (type(cron_id) is not int or cron_id < 1):
         raise ReconcileError("'cron_id' must be a positive integer.")
@@ -57,9 +57,16 @@ def _check(since: int, until: int, cron_id, stuck_after: int, tolerance: float) 
         raise ReconcileError("'tolerance' must be a share between 0 and 1.")
 
 
-def reconcile(since: int, until: int, cron_id: int | None = None, stuck_after: int = 3600,
-              tolerance: float = 0.01, now: int | None = None) -> dict:
-    """The gate's report for [since, until): {"window", "gate", "crons"} (read-only)."""
+def reconcile(since: int, until: int, cron_id: int | None = None,
+              stuck_after: int | None = None, tolerance: float = 0.01, now: int | None = None,
+              daemon: str | None = None) -> dict:
+    """The gate's report for [since, until): {"window", "gate", "crons"} (read-only).
+
+    stuck_after: seconds after which an open Run is stuck; None: each cron's own limit, as
+    health judges it. daemon: the cron daemon's kind (host.crond.daemon_kind): unless it
+    starts overlapping runs, a firing that came while the line's previous run was open is
+    `skipped (still running)`, not missed.
+    """
     _check(since, until, cron_id, stuck_after, tolerance)
     now = int(time.time()) if now is None else now
     clock = LocalClock(since - 2 * DAY, until + 2 * DAY)
@@ -75,10 +82,11 @@ def reconcile(since: int, until: int, cron_id: int | None = None, stuck_after: i
         crons = [cron for cron in crons if cron_id is not None or is_active(cron)]
         ids = [cron["id"] for cron in crons]
         failures = _failures(since, until)
-        stats = _stats(ids, since, until, now - stuck_after)
+        stats = _stats(ids, since, until)
         unmatched, instance_starts = _unmatched(ids, since, until)
         steps = clock_steps(since, until)
-        reports = [_guarded_report(cron, since, until, now, stuck_after, tolerance, clock,
+        judge = _Judge(now, stuck_after, daemon)
+        reports = [_guarded_report(cron, since, until, now, judge, tolerance, clock,
                                    failures.get(cron["id"], {}), stats.get(cron["id"]),
                                    unmatched.get(cron["id"], 0),
                                    instance_starts.get(cron["id"], ()), steps)
@@ -231,7 +239,6 @@ _STATS = (
     'SUM(CASE WHEN "finished_at" IS NOT NULL THEN 1 ELSE 0 END), '
     'SUM(CASE WHEN "finished_at" IS NOT NULL AND "exit_code" <> 0 THEN 1 ELSE 0 END), '
     'SUM(CASE WHEN "created_running" = ? THEN 1 ELSE 0 END), '
-    'SUM(CASE WHEN "finished_at" IS NULL AND "accepted_at" < ? THEN 1 ELSE 0 END), '
     'MIN({revision}), MAX({revision}) '
     'FROM "shadow_runs" WHERE {where} '
     'GROUP BY "cron_id"')
@@ -293,18 +300,67 @@ def _runs_where(ids: list, since: int, until: int) -> tuple:
     return _BY_CRON + _in('"cron_id"', ids), [since, until]
 
 
-def _stats(ids: list, since: int, until: int, stuck_before: int) -> dict:
-    """{cron_id: (runs, exited, failed, finish_only, stuck, lowest and highest revision)}."""
+def _stats(ids: list, since: int, until: int) -> dict:
+    """{cron_id: (runs, exited, failed, finish_only, lowest and highest revision)}."""
     where, params = _runs_where(ids, since, until)
     wanted = set(ids)
     # The revision is stored as bytes; PostgreSQL has no MIN of bytea, so both compare hex.
     revision = ('lower(hex("task_revision"))' if is_sqlite()
                 else "encode(\"task_revision\", 'hex')")
-    return {row[0]: tuple(int(v) for v in row[1:6]) + tuple(row[6:])
+    return {row[0]: tuple(int(v) for v in row[1:5]) + tuple(row[5:])
             for row in database.obj.execute_sql(_sql(_STATS.format(where=where,
                                                                    revision=revision)),
-                                                [0, stuck_before] + params)
+                                                [0] + params)
             if row[0] in wanted}
+
+
+# A cron's open Runs of the window, and its Runs around missed firings (whether the line's
+# previous run was still open then), through shadow_runs_cron; read only for crons that
+# have them.
+_OPEN_RUNS = ('SELECT "accepted_at" FROM "shadow_runs" WHERE "cron_id" = ? '
+              'AND "accepted_at" >= ? AND "accepted_at" < ? AND "finished_at" IS NULL '
+              'ORDER BY "accepted_at"')
+_RUN_SPANS = ('SELECT "accepted_at", "finished_at" FROM "shadow_runs" WHERE "cron_id" = ? '
+              'AND "accepted_at" >= ? AND "accepted_at" < ? ORDER BY "accepted_at"')
+
+
+class _Judge:
+    """What the gate asks health about open Runs: each cron's stuck limit (stuck_after,
+    else health's own), the condition of an open Run, and crond's overlap skips."""
+
+    def __init__(self, now: int, stuck_after: int | None, daemon: str | None):
+        from qlshadow.watch import health
+        self.health, self.now, self.stuck_after = health, now, stuck_after
+        self.overlapping = daemon == health.OVERLAPPING
+        self._limits: dict = {}
+
+    def limit(self, cron_id: int) -> int:
+        if self.stuck_after is not None:
+            return self.stuck_after
+        if cron_id not in self._limits:
+            self._limits.update(self.health.stuck_limits([cron_id], self.now))
+        return self._limits[cron_id]
+
+    def open_runs(self, cron_id: int, since: int, until: int) -> dict:
+        """{condition: count} of the cron's Runs of the window that have no finish."""
+        h = self.health
+        counts = dict.fromkeys(h.CONDITIONS, 0)
+        for (at,) in database.obj.execute_sql(_sql(_OPEN_RUNS), (cron_id, since, until)):
+            later = None if self.overlapping else h.later_run(cron_id, at)
+            counts[h.condition(at, self.limit(cron_id), self.now, later,
+                               self.overlapping)[0]] += 1
+        return counts
+
+    def skipped(self, cron_id: int, missed: list) -> set:
+        """The missed firings crond skipped because the line's previous run was open."""
+        if self.overlapping or not missed:
+            return set()
+        h = self.health
+        spans = database.obj.execute_sql(_sql(_RUN_SPANS),
+                                         (cron_id, missed[0] - DAY, missed[-1]))
+        by_start = [h.Execution(at, end, None, end is None, True) for at, end in spans]
+        limit = self.limit(cron_id)
+        return {at for at in missed if h.skipped_by_crond(at, by_start, limit)}
 
 
 def _unmatched(ids: list, since: int, until: int) -> tuple:
@@ -371,30 +427,34 @@ def _unevaluated(cron: dict, reason: str) -> dict:
         "cron_id": cron["id"], "name": cron["name"], "schedule": cron["schedule"],
         "active": active, "definition_changed": False, "evaluated_from": None,
         "expected": 0, "runs": 0, "exited": 0, "running": 0, "failed": 0, "finish_only": 0,
-        "stuck": 0, "missed": [], "missed_omitted": 0, "double": [], "double_omitted": 0,
-        "clock_step": 0, "off_schedule": 0, "unmatched_instances": 0, "drift": 0,
+        "stuck": 0, "finish_lost": 0, "missed": [], "missed_omitted": 0, "double": [],
+        "double_omitted": 0, "clock_step": 0, "skipped_running": 0, "off_schedule": 0,
+        "unmatched_instances": 0, "drift": 0,
         "invalid": 0, "verdict": "insufficient", "reasons": [reason],
     }
 
 
-def _cron_report(cron: dict, since: int, until: int, now: int, stuck_after: int,
+def _cron_report(cron: dict, since: int, until: int, now: int, judge: _Judge,
                  tolerance: float, clock: LocalClock, failed: dict, stats, unmatched: int,
                  instance_starts, steps: list = ()) -> dict:
     from qlshadow.core.shadow.writer import cron_revision
     execute = database.obj.execute_sql
     cid = cron["id"]
-    runs, exited, failed_runs, finish_only, stuck, low, high = (
-        stats or (0, 0, 0, 0, 0, None, None))
+    runs, exited, failed_runs, finish_only, low, high = stats or (0, 0, 0, 0, None, None)
+    conditions = (judge.open_runs(cid, since, until) if runs > exited
+                  else dict.fromkeys(("running", "stuck", "finish_lost"), 0))
+    stuck = conditions["stuck"]
     revisions = {low, high} - {None}  # two values exactly when the Runs carry several
     per_minute = {int(m): int(n) for m, n in execute(_sql(_RUN_MINUTES), (cid, since, until))}
 
     report = {
         "cron_id": cid, "name": cron["name"], "schedule": cron["schedule"],
         "active": is_active(cron), "definition_changed": False, "evaluated_from": None,
-        "expected": 0, "runs": runs, "exited": exited, "running": runs - exited,
+        "expected": 0, "runs": runs, "exited": exited, "running": conditions["running"],
         "failed": failed_runs, "finish_only": finish_only, "stuck": stuck,
+        "finish_lost": conditions["finish_lost"],
         "missed": [], "missed_omitted": 0, "double": [], "double_omitted": 0,
-        "clock_step": 0, "off_schedule": 0,
+        "clock_step": 0, "skipped_running": 0, "off_schedule": 0,
         "unmatched_instances": unmatched,
         "drift": failed.get("replay_drift", 0),
         "invalid": failed.get("invalid_execution_id", 0),
@@ -444,6 +504,10 @@ def _cron_report(cron: dict, since: int, until: int, now: int, stuck_after: int,
             # or start them all at once, late: neither is a firing crond missed.
             (stepped if in_clock_step(at, steps) else missed).append(at)
     report["clock_step"] = len(stepped)
+    skipped = judge.skipped(cid, missed)
+    if skipped:  # BusyBox crond starts no line while its previous run is still going
+        missed = [at for at in missed if at not in skipped]
+        report["skipped_running"] = len(skipped)
     if expected_at:  # Runs in judged minutes that are not firing minutes
         judged = sum(n for m, n in per_minute.items() if m * 60 + 59 >= lo and m * 60 < hi)
         report["off_schedule"] = judged - matched
@@ -465,14 +529,16 @@ def _cron_report(cron: dict, since: int, until: int, now: int, stuck_after: int,
         reasons.append(_("{count} callback(s) were refused as replay drift: the cron's "
                          "definition changed while a run of it was in flight").format(
                              count=report["drift"]))
-    lost = finish_only + stuck
+    lost = finish_only + stuck + report["finish_lost"]
     if runs and lost / runs > tolerance:
+        after = (_("{after} s").format(after=judge.stuck_after) if judge.stuck_after is not None
+                 else _("its stuck limit"))
         reasons.append(_("{lost} of {runs} Runs ({share} %) lost a callback ({finish_only} "
-                         "without start, {stuck} running over {after} s); at most {tolerated} % "
-                         "is tolerated").format(
+                         "without start, {finish_lost} whose finish was lost, {stuck} running "
+                         "over {after}); at most {tolerated} % is tolerated").format(
                              lost=lost, runs=runs, share=f"{100 * lost / runs:.1f}",
-                             finish_only=finish_only, stuck=stuck, after=stuck_after,
-                             tolerated=f"{100 * tolerance:g}"))
+                             finish_only=finish_only, finish_lost=report["finish_lost"],
+                             stuck=stuck, after=after, tolerated=f"{100 * tolerance:g}"))
     if failed_runs:
         reasons.append(_("{failed} of {exited} finished Runs exited with a non-zero code: crond "
                          "started them and the task failed").format(failed=failed_runs,
@@ -484,13 +550,25 @@ def _cron_report(cron: dict, since: int, until: int, now: int, stuck_after: int,
     elif not expected_at:
         report["verdict"] = "insufficient"
         upcoming = next_firing(cron["schedule"], max(lo, hi) - 1, max(lo, hi) + MAX_WINDOW)
-        text = (_("no scheduled firing in the judged part of the window ({since} to {until}); "
-                  "needs a window that covers at least one firing, e.g. the one at {next}")
-                if upcoming else
-                _("no scheduled firing in the judged part of the window ({since} to {until}); "
-                  "needs a window that covers at least one firing"))
-        reasons.append(text.format(since=_iso(lo), until=_iso(max(lo, hi)),
-                                   next=_iso(upcoming) if upcoming else ""))
+        if changed_inside and lo >= hi:
+            # Judged from its last change or re-enabling: nothing of it has come due yet.
+            text = (_("it was changed or enabled again at {at}, and no firing since then has "
+                      "ended its minute yet; needs a window that ends after its next firing "
+                      "({next})") if upcoming else
+                    _("it was changed or enabled again at {at}, and no firing since then has "
+                      "ended its minute yet"))
+            reasons.append(text.format(at=_iso(cron["updated_at"]),
+                                       next=_iso(upcoming) if upcoming else ""))
+            upcoming, text = None, None
+        else:
+            text = (_("no scheduled firing in the judged part of the window ({since} to "
+                      "{until}); needs a window that covers at least one firing, e.g. the one "
+                      "at {next}") if upcoming else
+                    _("no scheduled firing in the judged part of the window ({since} to "
+                      "{until}); needs a window that covers at least one firing"))
+        if text is not None:
+            reasons.append(text.format(since=_iso(lo), until=_iso(max(lo, hi)),
+                                       next=_iso(upcoming) if upcoming else ""))
     elif not runs:
         report["verdict"] = "insufficient"
         reasons.append(_("{count} firing(s) but no Shadow Run: needs Shadow on "
@@ -504,6 +582,12 @@ def _cron_report(cron: dict, since: int, until: int, now: int, stuck_after: int,
               "jumps over, so they are judged `clock step`, not missed").format(
                   count=len(stepped), first=_iso(stepped[0]), step=f"{step[2]:+d}",
                   seen=_iso(step[3])))
+    if skipped:  # explained, never a defect: crond does this by design
+        report["reasons"].append(
+            _("{count} firing(s) came while the previous run was still going (first at "
+              "{first}): BusyBox crond does not start a line again before its run ends, so "
+              "they are judged `skipped (still running)`, not missed").format(
+                  count=len(skipped), first=_iso(min(skipped))))
     if unmatched:  # explained, never a defect: these executions were not crond's
         report["reasons"].append(_("{count} Legacy instance(s) have no Run: manual runs (PUT "
                                    "/open/crons/run, `qlshadow cron run`) or runs without the "
