@@ -381,6 +381,9 @@ _RUN_WORDS = {"running": "running", "stuck": "stuck", "finish_lost": "finish los
 RUN_STATE_CHOICES = ("accepted", "spawned", "running", "stuck", "finish_lost", "exited")
 
 
+_OPEN_PAGE = 256  # open Runs read at a time while looking for those of one condition
+
+
 def _list_runs(args, settings) -> list:
     """Runs newest first, each with its condition; --state running, stuck or finish_lost
     keeps the open Runs of that condition (pages of open Runs read until enough match)."""
@@ -395,11 +398,11 @@ def _list_runs(args, settings) -> list:
         return with_conditions(listed, now, shadow, daemon)
     found, before = [], args.before
     while len(found) < args.limit:
-        page = reader.list_runs(args.cron, "running", 500, before, since=args.since,
+        page = reader.list_runs(args.cron, "running", _OPEN_PAGE, before, since=args.since,
                                 until=args.until, failed=args.failed)
         found += [r for r in with_conditions(page, now, shadow, daemon)
                   if r["condition"] == args.state]
-        if len(page) < 500:
+        if len(page) < _OPEN_PAGE:
             break
         before = page[-1]["id"]
     return found[:args.limit]

@@ -178,11 +178,11 @@ def evaluate(cron: dict, executions: list, firings: Firings, now: int,
     executions: its recent Executions (any order); firings: its schedule near now
     (NO_FIRINGS when crond never starts it); last_success: when it last succeeded, for a
     cron whose recent executions hold no success; steps: the clock steps near now
-    (reconcile.clock_steps), whose firings are never missed or late; daemon: the cron
+    (firing_times.clock_steps), whose firings are never missed or late; daemon: the cron
     daemon's kind (host.crond.daemon_kind): unless it starts overlapping runs, a firing
     that came while the previous run was open was skipped by crond, not missed.
     """
-    from qlshadow.watch.reconcile import in_clock_step
+    from qlshadow.watch.firing_times import in_clock_step
     execs = sorted(executions, key=lambda e: e.start, reverse=True)
     if max_runtime is None:
         max_runtime = cron.get("max_runtime")  # a per-cron column, where the schema has it
@@ -314,7 +314,7 @@ def missed_firings(cron: dict, executions: list, expected: list, grace: int, now
                    max_runtime: int | None = None) -> int:
     """How many of the firings in `expected` have no record and are past their grace (none
     in a clock step, none crond skipped while the previous run was open)."""
-    from qlshadow.watch.reconcile import in_clock_step
+    from qlshadow.watch.firing_times import in_clock_step
     by_start = sorted(executions, key=lambda e: e.start)
     starts = [e.start for e in by_start]
     limit = stuck_limit(executions, grace, max_runtime)[0]
@@ -465,7 +465,7 @@ class Schedules:
         return found
 
     def _evaluate(self, schedule: str, lo: int, hi: int) -> list:
-        from qlshadow.watch.reconcile import LocalClock, firings
+        from qlshadow.watch.firing_times import LocalClock, firings
         clock = self._clocks.get((lo, hi))
         if clock is None:
             clock = self._clocks[(lo, hi)] = LocalClock(lo - 2 * _DAY, hi + 2 * _DAY)
@@ -525,7 +525,7 @@ def read_all(now: int | None = None, shadow: bool = True, cron_id: int | None = 
     recent executions (or since it was created or last changed), at most a month back.
     daemon: the cron daemon's kind (evaluate).
     """
-    from qlshadow.watch.reconcile import clock_steps, is_active
+    from qlshadow.watch.firing_times import clock_steps, is_active
     now = int(time.time()) if now is None else now
     with database.atomic():  # one snapshot; a read takes no write lock
         query = Cron.select().order_by(Cron.id).limit(MAX_CRONS)
@@ -575,7 +575,7 @@ _LATER_RUN = ('SELECT MIN("accepted_at") FROM "shadow_runs" WHERE "cron_id" = {q
 def stuck_limits(ids: list, now: int, shadow: bool = True) -> dict:
     """{cron_id: seconds} after which an open execution of each cron is stuck, as health
     judges it (stuck_limit over its recent executions and its grace)."""
-    from qlshadow.watch.reconcile import is_active
+    from qlshadow.watch.firing_times import is_active
     ids = sorted(set(ids))
     if not ids:
         return {}

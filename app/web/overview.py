@@ -141,7 +141,7 @@ def cron_rows(page: int, size: int, now: int, shadow: bool, daemon: str | None =
 
 def _clock_steps(now: int) -> list:
     """The recorded clock steps as far back as a strip looks (a few rows, read whole)."""
-    from qlshadow.watch.reconcile import clock_steps
+    from qlshadow.watch.firing_times import clock_steps
     return clock_steps(now - _STRIP_WINDOWS[-1], now + 1)
 
 
@@ -238,7 +238,7 @@ def strip_slots(cron: dict, executions: list, found: dict, schedules, now: int,
     """The newest n slots, oldest first: each execution, and each firing of the schedule
     that has no record (missed once its grace ran out, late before; a clock step when it
     lies in a recorded step of the clock, as the gate and health judge it)."""
-    from qlshadow.watch.reconcile import in_clock_step, is_active
+    from qlshadow.watch.firing_times import in_clock_step, is_active
     execs = sorted(executions, key=lambda e: e.start)
     slots = [_execution_slot(e, i == len(execs) - 1, found) for i, e in enumerate(execs)]
     grace = found.get("grace")
