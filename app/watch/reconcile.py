@@ -82,6 +82,7 @@ def reconcile(since: int, until: int, cron_id: int | None = None,
         unmatched, instance_starts = _unmatched(ids, since, until)
         steps = clock_steps(since, until)
         judge = _Judge(now, stuck_after, daemon)
+        judge.prefetch([cid for cid, row in stats.items() if row[0] > row[1]])
         reports = [_guarded_report(cron, since, until, now, judge, tolerance, clock,
                                    failures.get(cron["id"], {}), stats.get(cron["id"]),
                                    unmatched.get(cron["id"], 0),
@@ -166,8 +167,12 @@ def _stats(ids: list, since: int, until: int) -> dict:
 _OPEN_RUNS = ('SELECT "accepted_at" FROM "shadow_runs" WHERE "cron_id" = ? '
               'AND "accepted_at" >= ? AND "accepted_at" < ? AND "finished_at" IS NULL '
               'ORDER BY "accepted_at"')
-_RUN_SPANS = ('SELECT "accepted_at", "finished_at" FROM "shadow_runs" WHERE "cron_id" = ? '
-              'AND "accepted_at" >= ? AND "accepted_at" < ? ORDER BY "accepted_at"')
+# A cron's newest Run, through shadow_runs_cron.
+_NEWEST_RUN = ('SELECT "accepted_at", "finished_at" FROM "shadow_runs" WHERE "cron_id" = ? '
+               'ORDER BY "accepted_at" DESC, "id" DESC LIMIT 1')
+# The last Run before a firing: one seek of shadow_runs_cron, then its row.
+_RUN_BEFORE = ('SELECT "accepted_at", "finished_at" FROM "shadow_runs" WHERE "cron_id" = ? '
+               'AND "accepted_at" < ? ORDER BY "accepted_at" DESC, "id" DESC LIMIT 1')
 
 
 class _Judge:
@@ -180,6 +185,11 @@ class _Judge:
         self.overlapping = daemon == health.OVERLAPPING
         self._limits: dict = {}
 
+    def prefetch(self, ids: list) -> None:
+        """Read the stuck limits of these crons at once (those with open Runs)."""
+        if self.stuck_after is None and ids:
+            self._limits.update(self.health.stuck_limits(ids, self.now))
+
     def limit(self, cron_id: int) -> int:
         if self.stuck_after is not None:
             return self.stuck_after
@@ -187,10 +197,19 @@ class _Judge:
             self._limits.update(self.health.stuck_limits([cron_id], self.now))
         return self._limits[cron_id]
 
-    def open_runs(self, cron_id: int, since: int, until: int) -> dict:
-        """{condition: count} of the cron's Runs of the window that have no finish."""
+    def open_runs(self, cron_id: int, since: int, until: int, count: int) -> dict:
+        """{condition: count} of the cron's `count` Runs of the window that have no finish."""
         h = self.health
         counts = dict.fromkeys(h.CONDITIONS, 0)
+        if not self.overlapping:
+            # Every open Run but the cron's newest has a later one: its finish was lost.
+            # So only the newest is read (one seek), never the window's Runs.
+            row = database.obj.execute_sql(_sql(_NEWEST_RUN), (cron_id,)).fetchone()
+            if row is not None and row[1] is None and since <= row[0] < until:
+                counts[h.condition(row[0], self.limit(cron_id), self.now)[0]] += 1
+                count -= 1
+            counts["finish_lost"] += count
+            return counts
         for (at,) in database.obj.execute_sql(_sql(_OPEN_RUNS), (cron_id, since, until)):
             later = None if self.overlapping else h.later_run(cron_id, at)
             counts[h.condition(at, self.limit(cron_id), self.now, later,
@@ -201,12 +220,16 @@ class _Judge:
         """The missed firings crond skipped because the line's previous run was open."""
         if self.overlapping or not missed:
             return set()
-        h = self.health
-        spans = database.obj.execute_sql(_sql(_RUN_SPANS),
-                                         (cron_id, missed[0] - DAY, missed[-1]))
-        by_start = [h.Execution(at, end, None, end is None, True) for at, end in spans]
-        limit = self.limit(cron_id)
-        return {at for at in missed if h.skipped_by_crond(at, by_start, limit)}
+        # Only the line's last run before a firing can hold it back (crond starts a line
+        # only after its run ended).
+        h, found = self.health, set()
+        for at in missed:
+            row = database.obj.execute_sql(_sql(_RUN_BEFORE), (cron_id, at)).fetchone()
+            if row is not None and h.skipped_by_crond(
+                    at, [h.Execution(row[0], row[1], None, row[1] is None, True)],
+                    self.limit(cron_id) if row[1] is None else 0):
+                found.add(at)
+        return found
 
 
 def _unmatched(ids: list, since: int, until: int) -> tuple:
@@ -287,7 +310,7 @@ def _cron_report(cron: dict, since: int, until: int, now: int, judge: _Judge,
     execute = database.obj.execute_sql
     cid = cron["id"]
     runs, exited, failed_runs, finish_only, low, high = stats or (0, 0, 0, 0, None, None)
-    conditions = (judge.open_runs(cid, since, until) if runs > exited
+    conditions = (judge.open_runs(cid, since, until, runs - exited) if runs > exited
                   else dict.fromkeys(("running", "stuck", "finish_lost"), 0))
     stuck = conditions["stuck"]
     revisions = {low, high} - {None}  # two values exactly when the Runs carry several
