@@ -268,3 +268,25 @@ def test_a_manual_run_left_open_is_never_a_lost_finish(client, auth):
     with db.connected():
         (found,) = health.read_all(base - 4 * MINUTE + 50)
         assert found["open"]["finish_lost"] == 0
+
+
+def test_health_asks_for_the_daemon_only_when_a_firing_or_a_run_needs_it():
+    # The tick runs every minute: an idle one must not scan /proc for the daemon.
+    cron = {"id": 1, "name": "job", "schedule": "* * * * *", "is_disabled": 0,
+            "created_at": 0, "updated_at": 0, "grace": 20}
+    firings = health.Firings([6000, 6060], 6180, lambda t: (t // 60 + 1) * 60)
+    asked = []
+
+    def daemon():
+        asked.append(1)
+        return "busybox"
+
+    every = [health.Execution(t + 1, t + 3, 0, False, True) for t in range(5400, 6121, 60)]
+    assert health.evaluate(cron, every, firings, 6150, daemon=daemon)["state"] == "ok"
+    assert asked == []
+    # The firing at 6060 has no record while the run of the minute before went on: asked.
+    long = [e for e in every if e.start not in (6001, 6061)]
+    long.append(health.Execution(6001, 6071, 0, False, True))
+    assert health.evaluate(cron, long, firings, 6150, daemon=daemon)["state"] == "ok"
+    assert asked == [1]
+    assert health.evaluate(cron, long, firings, 6150, daemon="overlapping")["state"] == "missed"

@@ -123,7 +123,9 @@ def find_changes(settings, now: int) -> int:
     loaded = _load_firings(settings)
     with db.connected():
         from qlshadow.host.crond import kind_for
-        healths = health.read_all(now, shadow=settings.shadow_on, daemon=kind_for(settings))
+        # The daemon is looked for in /proc only when a firing or a run needs it.
+        healths = health.read_all(now, shadow=settings.shadow_on,
+                                  daemon=lambda: kind_for(settings))
         alerted = dict(Cron.select(Cron.id, Cron.alert_state).tuples())
     _keep_firings(settings, loaded, now)
     changes = []

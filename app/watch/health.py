@@ -125,11 +125,18 @@ def condition(start: int, limit: int, now: int, later_start: int | None = None,
     return "running", start
 
 
-def open_conditions(executions: list, limit: int, now: int, overlapping: bool = False) -> dict:
+def overlaps(daemon) -> bool:
+    """Whether the daemon (a kind, or a function that finds it, called only when needed:
+    the tick scans /proc only when the answer matters) starts overlapping runs."""
+    return (daemon() if callable(daemon) else daemon) == OVERLAPPING
+
+
+def open_conditions(executions: list, limit: int, now: int, overlapping=False) -> dict:
     """{start: (condition, since)} of every open execution among a cron's executions.
 
     Only an execution crond started (or may have: Shadow off) is ended by a later one
-    crond started; a manual run can overlap anything.
+    crond started; a manual run can overlap anything. overlapping: a bool, or a function
+    that tells it (asked only when an open execution has a later one).
     """
     by_start = sorted(executions, key=lambda e: e.start)
     found = {}
@@ -140,7 +147,10 @@ def open_conditions(executions: list, limit: int, now: int, overlapping: bool = 
         if e.scheduled is not False:
             later = next((x.start for x in by_start[i + 1:]
                           if x.scheduled is not False and x.start > e.start), None)
-        found[e.start] = condition(e.start, limit, now, later, overlapping)
+        lapping = False  # matters only when a later execution started
+        if later is not None:
+            lapping = overlapping() if callable(overlapping) else overlapping
+        found[e.start] = condition(e.start, limit, now, later, lapping)
     return found
 
 
@@ -207,12 +217,18 @@ def evaluate(cron: dict, executions: list, firings: Firings, now: int,
     if cron["is_disabled"]:
         return state("paused", cron["updated_at"], _("It is disabled, so crond does not start it."))
     health["next_expected"] = firings.next
-    overlapping = daemon == OVERLAPPING
     limit, why = stuck_limit(execs, grace, max_runtime)
+    known: list = []  # the daemon's answer, once asked
+
+    def overlapping() -> bool:
+        if not known:
+            known.append(overlaps(daemon))
+        return known[0]
     conditions = open_conditions(execs, limit, now, overlapping)
     health["open"] = open_counts(conditions)
     # For the page: each open execution's condition, and how firings are judged.
-    health.update(conditions=conditions, stuck_limit=limit, overlapping=overlapping)
+    health.update(conditions=conditions, stuck_limit=limit,
+                  overlapping=not callable(daemon) and overlapping())
     if newest is not None and newest.open:
         health["running_since"] = newest.start
     stuck = min((e.start for e in execs if conditions.get(e.start, ("",))[0] == "stuck"
@@ -234,7 +250,7 @@ def evaluate(cron: dict, executions: list, firings: Firings, now: int,
 
     def started(firing: int) -> bool:
         return (firing_started(firing, starts, by_start, grace, is_firing)
-                or (not overlapping and skipped_by_crond(firing, by_start, limit)))
+                or (skipped_by_crond(firing, by_start, limit) and not overlapping()))
 
     late = None
     if due and not started(due[-1]):
@@ -321,7 +337,7 @@ def missed_firings(cron: dict, executions: list, expected: list, grace: int, now
     return sum(1 for f in expected
                if now >= f + _MINUTE + grace and not in_clock_step(f, steps)
                and not firing_started(f, starts, by_start, grace, is_firing)
-               and (daemon == OVERLAPPING or not skipped_by_crond(f, by_start, limit)))
+               and not (skipped_by_crond(f, by_start, limit) and not overlaps(daemon)))
 
 
 def order(healths: list) -> list:
