@@ -290,3 +290,21 @@ def test_health_asks_for_the_daemon_only_when_a_firing_or_a_run_needs_it():
     assert health.evaluate(cron, long, firings, 6150, daemon=daemon)["state"] == "ok"
     assert asked == [1]
     assert health.evaluate(cron, long, firings, 6150, daemon="overlapping")["state"] == "missed"
+
+
+def test_under_a_daemon_that_overlaps_runs_a_run_left_open_is_stuck_everywhere(client, auth,
+                                                                              lost_finish):
+    # Debian's cron starts the next run whatever the last one does: a later start proves
+    # nothing, so the open run is judged by its age (14 minutes, past its 60 s limit).
+    cron_id, lost, now = lost_finish
+    from qlshadow.watch.reconcile import reconcile
+    with db.connected():
+        (found,) = health.read_all(now, daemon="overlapping")
+        report = reconcile(lost - 600, now, now=now, daemon="overlapping")["crons"][0]
+        runs = client.get(f"/open/runs?cron_id={cron_id}", headers=auth).get_json()["data"]
+        words = {r["accepted_at"]: r["condition"]
+                 for r in health.with_conditions(runs, now, daemon="overlapping")}
+    assert (found["state"], found["open"]["stuck"], found["open"]["finish_lost"]) == (
+        "stuck", 1, 0)
+    assert (report["stuck"], report["finish_lost"], report["running"]) == (1, 0, 0)
+    assert words[lost] == "stuck"

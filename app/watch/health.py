@@ -626,12 +626,14 @@ def run_conditions(runs: list, now: int, shadow: bool = True, daemon: str | None
     open_runs = [r for r in runs if r["finished_at"] is None]
     if not open_runs:
         return {}
-    if limits is None:
-        limits = stuck_limits([r["cron_id"] for r in open_runs], now, shadow)
-    overlapping = daemon == OVERLAPPING
-    return {r["id"]: condition(r["accepted_at"], limits[r["cron_id"]], now,
-                               None if overlapping else later_run(r["cron_id"], r["accepted_at"]),
-                               overlapping)
+    overlapping = overlaps(daemon)
+    later = {} if overlapping else {r["id"]: later_run(r["cron_id"], r["accepted_at"])
+                                    for r in open_runs}
+    if limits is None:  # a lost finish needs no limit: read only those of the others
+        limits = stuck_limits([r["cron_id"] for r in open_runs if later.get(r["id"]) is None],
+                              now, shadow)
+    return {r["id"]: condition(r["accepted_at"], limits.get(r["cron_id"], STUCK_DEFAULT), now,
+                               later.get(r["id"]), overlapping)
             for r in open_runs}
 
 

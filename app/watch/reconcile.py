@@ -210,10 +210,9 @@ class _Judge:
                 count -= 1
             counts["finish_lost"] += count
             return counts
+        # A daemon that starts overlapping runs: each open Run by its age alone.
         for (at,) in database.obj.execute_sql(_sql(_OPEN_RUNS), (cron_id, since, until)):
-            later = None if self.overlapping else h.later_run(cron_id, at)
-            counts[h.condition(at, self.limit(cron_id), self.now, later,
-                               self.overlapping)[0]] += 1
+            counts[h.condition(at, self.limit(cron_id), self.now, None, True)[0]] += 1
         return counts
 
     def skipped(self, cron_id: int, missed: list) -> set:
