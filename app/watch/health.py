@@ -11,7 +11,7 @@ import bisect
 import itertools
 import time
 
-from qlshadow.i18n import N_, _
+from qlshadow.i18n import _
 from qlshadow.storage.models import Cron, database
 from qlshadow.timefmt import local_text
 
@@ -23,14 +23,12 @@ PROBLEMS = ("failed", "missed", "stuck", "late")
 _GROUP = {"running": 1, "new": 2, "paused": 3, "ok": 4}
 PUBLIC_FIELDS = ("cron_id", "name", "schedule", "state", "since", "next_expected",
                  "last_success", "last_start", "grace", "reason", "open")
-# What an open execution is (docs/CONTRACT.md §13.2), the one rule every surface shows
+# What an open execution is (docs/CONTRACT.md §13.1), the one rule every surface shows
 # (status, runs, /open/runs, the page, the gate, /metrics): `running` within its cron's
 # stuck limit, `stuck` past it, `finish_lost` once a later execution crond started proves
 # it ended (crond starts a line only when its previous run ended; a daemon that starts
 # overlapping runs proves nothing so, and its open runs only become stuck).
 CONDITIONS = ("running", "stuck", "finish_lost")
-CONDITION_WORDS = {"running": N_("running"), "stuck": N_("stuck"),
-                   "finish_lost": N_("finish lost"), "exited": N_("exited")}
 # Cron daemons that start a line while its previous run is still going (Vixie/Debian cron,
 # cronie): their firings are never skipped, and a later start says nothing of an earlier.
 OVERLAPPING = "overlapping"
