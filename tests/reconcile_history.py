@@ -11,7 +11,7 @@ from qlshadow.storage.models import Cron
 from helpers import STATUS_PATH
 
 HOUR = 3600
-DEFECT_FIELDS = ("finish_only", "stuck", "missed", "double", "unmatched_instances", "drift",
+DEFECT_FIELDS = ("finish_only", "stuck", "finish_lost", "missed", "double", "unmatched_instances", "drift",
                  "invalid")
 
 
@@ -68,7 +68,21 @@ def fire(client, auth, cron_id: int, at: int, pid: int | None = None, start: boo
         callback(client, auth, cron_id, 0, began, pid, eid)
     if finish:
         callback(client, auth, cron_id, 1, began, pid, eid, exit_code)
+        took(cron_id, began, 2)
     return eid
+
+
+def took(cron_id: int, began: int, seconds: int) -> None:
+    """Date the finish of the execution that began at `began`: the callback stamps it with
+    the server's clock, which would make every run of a dated history last until today
+    (and BusyBox crond skip every firing in between)."""
+    from qlshadow.storage.models import RunningInstance, ShadowRun
+    with db.connected(), db.write_transaction():
+        RunningInstance.update(finished_at=began + seconds).where(
+            RunningInstance.cron == cron_id, RunningInstance.started_at == began).execute()
+        ShadowRun.update(finished_at=began + seconds).where(
+            ShadowRun.cron_id == cron_id, ShadowRun.accepted_at == began,
+            ShadowRun.finished_at.is_null(False)).execute()
 
 
 def history(client, auth, cron_id: int, times, skip=()) -> None:

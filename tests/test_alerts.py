@@ -238,7 +238,11 @@ def test_a_cron_that_misses_fails_gets_stuck_and_recovers_is_told_in_order(
     assert events() == [("missed", None), ("failed", "missed"), ("stuck", "failed"),
                         ("ok", "stuck")]
     bodies = [r["body"].decode() for r in receiver.requests]
-    assert f'Cron {cron["id"]} "backup" missed a firing at ' in bodies[0]
+    # It names the firing (the first with no record), not when the tick noticed it.
+    from qlshadow.timefmt import local_text
+    assert f'Cron {cron["id"]} "backup" missed a firing, on ' in bodies[0]
+    assert f"The firing at {local_text(fired - 86400, with_seconds=False)} has no record" in bodies[0]
+    assert local_text(now, with_seconds=False) not in bodies[0]
     assert "Exit code: 3." in bodies[1]
     assert "has been running since" in bodies[2]
     assert "Last lines of its log (backup/stuck.log):" in bodies[2]

@@ -298,7 +298,7 @@ def test_the_health_endpoint_lists_problems_newest_first_then_running_new_paused
     for row in data:
         assert list(row) == ["cron_id", "name", "schedule", "state", "since", "next_expected",
                              "last_success", "last_start", "grace", "reason",
-                             "snoozed_until", "quiet"]
+                             "snoozed_until", "quiet", "open"]
         assert row["reason"].endswith(".")
     fine = data[-1]
     assert fine["cron_id"] == made["fine"] and fine["last_success"] == fine["last_start"] + 1
@@ -325,8 +325,9 @@ def test_qlshadow_status_prints_a_table_and_json(client, auth, settings):
     table = run_cli(env, "status").stdout.splitlines()
     assert table[0].split() == ["cron", "name", "state", "since", "next", "last", "success",
                                 "last", "start", "grace", "reason"]
-    assert [line.split()[2] for line in table[1:-1]] == ["failed", "failed", "running", "new",
+    assert [line.split()[2] for line in table[1:-2]] == ["failed", "failed", "running", "new",
                                                         "paused", "ok"]
+    assert table[-2] == "open executions: 1 running, 0 stuck, 0 finish lost"
     assert table[-1].startswith("storage: ")  # the storage budget's use, last
     assert "exited with code 1." in table[1]
     document = json.loads(run_cli(env, "status", "--json").stdout)
@@ -401,6 +402,8 @@ def test_the_health_read_is_a_few_statements_each_served_by_an_index(client, aut
     body = {"ids": [lone], "status": 1, "pid": 7, "exit_code": 0, "last_execution_time": BASE + 1,
             "execution_id": execution_id(BASE + 1)}  # a Run without an instance: one more read
     assert client.put(STATUS_PATH, json=body, headers=auth).status_code == 200
+    with db.connected(), db.write_transaction():  # it finished in its own minute
+        ShadowRun.update(finished_at=BASE + 2).where(ShadowRun.cron_id == lone).execute()
     statements = []
     database = db.database.obj
     original = database.execute_sql

@@ -171,3 +171,47 @@ def test_the_status_pages_health_says_crond_does_not_run(app, client, auth, toke
     assert client.post("/page/login", data={"token": token}).status_code in (302, 303)
     page = client.get("/page/health").get_data(as_text=True)
     assert "<dt>Crontab</dt>" in page and ">installed, crond not running</span>" in page
+
+
+def test_the_kind_of_cron_daemon_tells_busybox_crond_from_daemons_that_overlap_runs(tmp_path):
+    def kind(name, **processes):
+        (tmp_path / name).mkdir()
+        return crond.daemon_kind(fake_proc(tmp_path / name, **processes), now=0)
+
+    assert kind("applet", p9=("busybox", ["busybox", "crond", "-f"])) == "busybox"
+    linked = tmp_path / "linked"
+    linked.mkdir()
+    proc = fake_proc(linked, p4=("crond", ["/usr/sbin/crond", "-f"]))  # OpenWrt: a link
+    os.symlink("/bin/busybox", os.path.join(proc, "4", "exe"))
+    assert crond.daemon_kind(proc, now=0) == "busybox"
+    debian = tmp_path / "debian"
+    debian.mkdir()
+    proc = fake_proc(debian, p7=("cron", ["/usr/sbin/cron", "-f"]))
+    os.symlink("/usr/sbin/cron", os.path.join(proc, "7", "exe"))
+    assert crond.daemon_kind(proc, now=0) == "overlapping"
+    cronie = tmp_path / "cronie"
+    cronie.mkdir()
+    proc = fake_proc(cronie, p8=("crond", ["/usr/sbin/crond", "-n"]))
+    os.symlink("/usr/sbin/crond", os.path.join(proc, "8", "exe"))
+    assert crond.daemon_kind(proc, now=0) == "overlapping"
+    both = tmp_path / "both"
+    both.mkdir()
+    proc = fake_proc(both, p1=("busybox", ["busybox", "crond"]), p2=("cron", ["cron"]))
+    os.symlink("/usr/sbin/cron", os.path.join(proc, "2", "exe"))
+    assert crond.daemon_kind(proc, now=0) == "overlapping"
+    assert kind("none", p1=("init", ["/sbin/init"])) is None
+    # Kept a few minutes per /proc: a second look at the same tree within them reads nothing.
+    assert crond.daemon_kind(str(tmp_path / "none" / "proc"), now=60) is None
+
+
+def test_a_crond_whose_program_cannot_be_read_is_told_by_the_path_it_was_started_as(tmp_path):
+    # Another user's process: no exe link to read (the fake has none), only its argv.
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "busybox").write_text("")
+    os.symlink(bin_dir / "busybox", bin_dir / "crond")
+    proc = fake_proc(tmp_path, p3=("crond", [str(bin_dir / "crond"), "-f"]))
+    assert crond.daemon_kind(proc, now=0) == "busybox"
+    (tmp_path / "n").mkdir()
+    unknown = fake_proc(tmp_path / "n", p3=("crond", ["crond", "-f"]))
+    assert crond.daemon_kind(unknown, now=0) is None

@@ -166,7 +166,11 @@ GATE_SEARCHES = {
     "shadow_runs": re.compile(r"USING (COVERING INDEX shadow_runs_cron \(cron_id=\? AND "
                               r"accepted_at>\? AND accepted_at<\?\)|INDEX shadow_runs_cron "
                               r"\(cron_id=\? AND accepted_at>\? AND accepted_at<\?\)|"
-                              r"PRIMARY KEY \(accepted_at>\? AND accepted_at<\?\))"),
+                              r"PRIMARY KEY \(accepted_at>\? AND accepted_at<\?\)|"
+                              # A cron's newest Run, its last before a missed firing, and
+                              # health's reads of the stuck limit (open Runs only): seeks.
+                              r"(COVERING )?INDEX shadow_runs_cron \(cron_id=\?( AND "
+                              r"accepted_at<\?)?\)|PRIMARY KEY \(accepted_at=\?\))"),
     "running_instances": re.compile(r"USING INDEX running_instances_cron \(cron_id=\?\)"),
 }
 

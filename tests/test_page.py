@@ -215,7 +215,8 @@ def test_the_gate_page_renders_the_documented_gate_document(client, viewer, monk
     import types
     calls = []
 
-    def reconcile(since, until, cron_id=None, stuck_after=3600, tolerance=0.01, now=None):
+    def reconcile(since, until, cron_id=None, stuck_after=None, tolerance=0.01, now=None,
+                  daemon=None):
         calls.append((since, until, now))
         return {"window": {"since": since, "until": until},
                 "gate": {"verdict": "fail", "reasons": ["cron 7 missed 2 firings"]},

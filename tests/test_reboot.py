@@ -25,8 +25,8 @@ def runs(client, auth) -> dict:
 @pytest.fixture
 def open_and_done(client, auth):
     """A cron with one finished Run and one still running; returns their start seconds."""
-    now = int(time.time()) // 60 * 60
-    cron_id = new_cron(client, auth, "* * * * *", now - 3600)
+    now = int(time.time()) // 300 * 300
+    cron_id = new_cron(client, auth, "*/5 * * * *", now - 650)  # its firings since: these two
     fire(client, auth, cron_id, now - 600)
     fire(client, auth, cron_id, now - 300, finish=False)
     return now - 600 + 1, now - 300 + 1

@@ -73,15 +73,25 @@ def test_a_lost_start_shows_only_in_finish_only(client, auth, window):
     assert report["runs"] == report["expected"] == len(times)
 
 
-def test_a_lost_finish_shows_only_in_stuck(client, auth, window):
+def test_a_lost_finish_before_a_later_run_shows_only_in_finish_lost(client, auth, window):
     since, end, until, now = window
     cron_id = new_cron(client, auth, "*/10 * * * *", since - HOUR)
     times = every_ten_minutes(since, end)
     history(client, auth, cron_id, times, skip={times[0]})
     fire(client, auth, cron_id, times[0], finish=False)
     report = report_of(cron_id, since, until, now)
-    assert defects(report) == {"stuck": 1}
-    assert report["running"] == 1 and report["runs"] == len(times)
+    assert defects(report) == {"finish_lost": 1}
+    assert (report["running"], report["stuck"]) == (0, 0) and report["runs"] == len(times)
+
+
+def test_the_newest_run_without_a_finish_is_stuck_past_stuck_after(client, auth, window):
+    since, end, until, now = window
+    cron_id = new_cron(client, auth, "*/10 * * * *", since - HOUR)
+    times = every_ten_minutes(since, end)
+    history(client, auth, cron_id, times, skip={times[-1]})
+    fire(client, auth, cron_id, times[-1], finish=False)
+    report = report_of(cron_id, since, until, now, stuck_after=600)
+    assert defects(report) == {"stuck": 1} and report["running"] == 0
 
 
 def test_a_run_still_within_stuck_after_is_running_not_stuck(client, auth, window):
@@ -90,8 +100,20 @@ def test_a_run_still_within_stuck_after_is_running_not_stuck(client, auth, windo
     times = every_ten_minutes(since, end)
     history(client, auth, cron_id, times, skip={times[-1]})
     fire(client, auth, cron_id, times[-1], finish=False)
-    report = report_of(cron_id, since, until, now)
+    report = report_of(cron_id, since, until, now, stuck_after=3600)
     assert (report["running"], report["stuck"]) == (1, 0)
+
+
+def test_without_stuck_after_a_run_is_stuck_past_its_crons_own_limit(client, auth, window):
+    # Its runs take 2 s: health's limit is its grace (60 s), and the open Run is 11 min old.
+    since, end, until, now = window
+    cron_id = new_cron(client, auth, "*/10 * * * *", since - HOUR)
+    times = every_ten_minutes(since, end)
+    history(client, auth, cron_id, times, skip={times[-1]})
+    fire(client, auth, cron_id, times[-1], finish=False)
+    report = report_of(cron_id, since, until, now)
+    assert (report["running"], report["stuck"]) == (0, 1)
+    assert report_of(cron_id, since, until, times[-1] + 1 + 30)["running"] == 1
 
 
 def test_two_daemons_firing_the_same_minute_show_only_in_double(client, auth, window):
@@ -123,7 +145,7 @@ def test_a_drifted_definition_shows_only_in_drift(client, auth, window):
                           headers=auth)
     assert response.status_code == 200
     callback(client, auth, cron_id, 1, times[-1] + 1, 1000 + (times[-1] // 60) % 30000, eid)
-    report = report_of(cron_id, since, until, now)
+    report = report_of(cron_id, since, until, now, stuck_after=3600)
     assert defects(report) == {"drift": 1}
     assert report["definition_changed"] is True and report["verdict"] == "fail"
 
@@ -280,7 +302,8 @@ def test_a_report_over_every_cron_counts_each_cron_apart(client, auth, window):
         data = reconcile(since, until, now=now)
     reports = {r["cron_id"]: r for r in data["crons"]}
     assert defects(reports[clean]) == {} and reports[clean]["runs"] == len(times)
-    assert defects(reports[faulty]) == {"finish_only": 1, "stuck": 1, "unmatched_instances": 1}
+    assert defects(reports[faulty]) == {"finish_only": 1, "finish_lost": 1,
+                                        "unmatched_instances": 1}
     assert reports[faulty]["runs"] == len(times)
     assert data["gate"]["verdict"] == "fail"
     assert all(reason.startswith(f"cron {faulty} (faulty): ") for reason in data["gate"]["reasons"])

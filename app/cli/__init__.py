@@ -24,7 +24,7 @@ from qlshadow.core.auth import (RUNNER_APP, RUNNER_TOKEN_FILE, SYSTEM_APP, creat
 from qlshadow.errors import QlError
 from qlshadow.parse import INT64_MAX, to_int
 from qlshadow.host.runner import start_manual
-from qlshadow.core.shadow import RUN_STATES, reader
+from qlshadow.core.shadow import reader
 from qlshadow.cli.textout import Column, record, table, terminal_width, took, when
 
 
@@ -531,10 +531,45 @@ def _runs_table(listed: list, names: dict, utc: bool) -> str:
                Column("started"), Column("state"), Column("exit", right=True),
                Column("took", right=True)]
     rows = [[r["id"], r["cron_id"], names.get(r["cron_id"]), when(r["accepted_at"], utc),
-             r["state"], r["exit_code"],
+             _RUN_WORDS.get(r.get("condition"), r["state"]), r["exit_code"],
              _took(r["attempt"]["started_at"] or r["accepted_at"], r["finished_at"])]
             for r in listed]
     return table(columns, rows, terminal_width())
+
+
+# A Run's state column: the word every surface gives it (watch/health.py's conditions).
+_RUN_WORDS = {"running": "running", "stuck": "stuck", "finish_lost": "finish lost",
+              "exited": "exited"}
+# `runs --state` of Runs: the stored states, and the open Runs' conditions (running is the
+# condition: an open Run within its time; stuck and finish_lost the others).
+RUN_STATE_CHOICES = ("accepted", "spawned", "running", "stuck", "finish_lost", "exited")
+
+
+_OPEN_PAGE = 256  # open Runs read at a time while looking for those of one condition
+
+
+def _list_runs(args, settings) -> list:
+    """Runs newest first, each with its condition; --state running, stuck or finish_lost
+    keeps the open Runs of that condition (pages of open Runs read until enough match)."""
+    import time
+
+    from qlshadow.host.crond import kind_for
+    from qlshadow.watch.health import with_conditions
+    now, shadow, daemon = int(time.time()), settings.shadow_on, kind_for(settings)
+    if args.state not in ("running", "stuck", "finish_lost"):
+        listed = reader.list_runs(args.cron, args.state, args.limit, args.before,
+                                  since=args.since, until=args.until, failed=args.failed)
+        return with_conditions(listed, now, shadow, daemon)
+    found, before = [], args.before
+    while len(found) < args.limit:
+        page = reader.list_runs(args.cron, "running", _OPEN_PAGE, before, since=args.since,
+                                until=args.until, failed=args.failed)
+        found += [r for r in with_conditions(page, now, shadow, daemon)
+                  if r["condition"] == args.state]
+        if len(page) < _OPEN_PAGE:
+            break
+        before = page[-1]["id"]
+    return found[:args.limit]
 
 
 def _instance_state(code: int) -> str:
@@ -555,7 +590,7 @@ def cmd_runs(args) -> int:
     """Executions newest first: Shadow Runs when Shadow is on, else (or --legacy) instances."""
     settings = _settings(args)
     legacy = args.legacy or not settings.shadow_on
-    states = INSTANCE_STATES if legacy else RUN_STATES
+    states = INSTANCE_STATES if legacy else RUN_STATE_CHOICES
     kind = "Legacy instances" if legacy else "Shadow Runs"
     if args.state is not None and args.state not in states:
         raise CliError(f"--state {args.state!r} is not a state of {kind}; use one of "
@@ -575,8 +610,7 @@ def cmd_runs(args) -> int:
                 args.cron, None if state is None else INSTANCE_STATES.index(state), args.limit,
                 None if args.before is None else int(args.before), args.since, args.until)
         else:
-            listed = reader.list_runs(args.cron, args.state, args.limit, args.before,
-                                      since=args.since, until=args.until, failed=args.failed)
+            listed = _list_runs(args, settings)
         names = {} if args.json else _cron_names(r["cron_id"] for r in listed)
     if args.json:
         # As `status` and `reconcile`: the API's document (GET /open/runs, or
@@ -707,8 +741,10 @@ def cmd_reconcile(args) -> int:
     since = until - 7 * 86400 if args.since is None else args.since
     try:
         with database.connection_context():
+            from qlshadow.host.crond import kind_for
             cron_id = None if args.cron is None else _cron_id(args.cron)
-            data = reconcile(since, until, cron_id, args.stuck_after, now=now)
+            data = reconcile(since, until, cron_id, args.stuck_after, now=now,
+                             daemon=kind_for(settings))
     except ReconcileError as exc:
         print(f"qlshadow: {exc}", file=sys.stderr)
         return 2
@@ -801,9 +837,11 @@ def cmd_status(args) -> int:
     if path is not None and not os.path.isfile(path):  # connecting would create an empty file
         raise CliError(f"no database at {path} (QL_DB_URL); no cron to report on")
     database, _ = db.open_database(settings, create=False)
+    from qlshadow.host.crond import kind_for
     with database.connection_context():
         healths = health.read_all(int(time.time()),
-                                  shadow="scheduled_system" in settings.shadow_origins)
+                                  shadow="scheduled_system" in settings.shadow_origins,
+                                  daemon=kind_for(settings))
         storage = None if args.json else _storage_line(settings)
     rows = [health.public(h) for h in healths]
     if crontab.install_state(settings) == "installed":
@@ -824,6 +862,8 @@ def cmd_status(args) -> int:
                            terminal_width()))
     if not rows:
         print("no crons")
+    else:
+        print(open_line(rows))
     print(storage)
     return 0
 
@@ -841,6 +881,14 @@ def _storage_line(settings) -> str:
     if not budget:
         return f"storage: {size(used)} used, no budget set (QL_STORAGE_BUDGET)"
     return f"storage: {size(used)} of {size(budget)} ({100 * used / budget:.0f}%)"
+
+
+def open_line(rows: list) -> str:
+    """The open executions of every cron, as each surface words them (health.CONDITIONS)."""
+    from qlshadow.watch.health import CONDITIONS
+    total = {word: sum(row["open"][word] for row in rows) for word in CONDITIONS}
+    return (f"open executions: {total['running']} running, {total['stuck']} stuck, "
+            f"{total['finish_lost']} finish lost")
 
 
 def cmd_prune(args) -> int:
@@ -1055,8 +1103,10 @@ def build_parser() -> argparse.ArgumentParser:
                        "instances when Shadow is off (or with --legacy)")
     p.add_argument("--failed", action="store_true",
                    help="only executions that exited with a non-zero exit code")
-    p.add_argument("--state", help="only this state: accepted, spawned, running, exited "
-                   "(Runs); running, finished, stopped, failed (instances)")
+    p.add_argument("--state", help="only this state: accepted, spawned, running, stuck, "
+                   "finish_lost, exited (Runs: an open Run is running within its time, stuck "
+                   "past it, finish_lost once a later one started); running, finished, "
+                   "stopped, failed (instances)")
     p.add_argument("--since", type=_time, metavar="TIME", help="started at or after: " + TIME_HELP)
     p.add_argument("--until", type=_time, metavar="TIME", help="started before this time")
     p.add_argument("--cron", type=_cron_ref, metavar="CRON",
@@ -1089,9 +1139,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "(default: now)")
     p.add_argument("--cron", type=_cron_ref, metavar="CRON", help="only this cron ("
                    + CRON_HELP + ")")
-    p.add_argument("--stuck-after", type=_duration, default=3600, metavar="DURATION",
+    p.add_argument("--stuck-after", type=_duration, default=None, metavar="DURATION",
                    help="a Run still running after this long counts as stuck: seconds, 30m, "
-                   "2h (default 3600)")
+                   "2h (default: each cron's own limit, as `status` judges it)")
     p.add_argument("--json", action="store_true", help="print the JSON document, not a table")
     p.set_defaults(func=cmd_reconcile)
     p = sub.add_parser("prune", help="delete old Runs, instances, tokens and task logs now "

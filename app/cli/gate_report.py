@@ -9,10 +9,22 @@ from __future__ import annotations
 _COLUMNS = (("cron", "cron_id"), ("name", "name"), ("schedule", "schedule"),
             ("expected", "expected"), ("runs", "runs"), ("exited", "exited"),
             ("running", "running"), ("failed", "failed"), ("finish_only", "finish_only"),
-            ("stuck", "stuck"), ("missed", "missed"), ("double", "double"),
-            ("clock_step", "clock_step"), ("unmatched", "unmatched_instances"),
+            ("stuck", "stuck"), ("finish_lost", "finish_lost"), ("missed", "missed"),
+            ("skipped", "skipped_running"), ("double", "double"), ("clock_step", "clock_step"),
+            ("unmatched", "unmatched_instances"),
             ("drift", "drift"), ("invalid", "invalid"),
             ("verdict", "verdict"))
+
+
+def judged_from_words(report: dict, when) -> str:
+    """Why a changed (or disabled and enabled again) cron is judged from when it is."""
+    if report["evaluated_from"]:
+        return ("was changed or enabled again in the window: its firings are judged from "
+                f"{when(report['evaluated_from'])}, when it took its present form")
+    if not report["active"]:
+        return "is not active in system mode: none of its firings is judged"
+    return ("was changed or enabled again after the window's last judged minute: none of its "
+            "firings is judged yet (a window that ends later judges them)")
 
 
 def format_report(data: dict) -> str:
@@ -39,9 +51,7 @@ def format_report(data: dict) -> str:
                                for i, (v, w) in enumerate(zip(row, widths, strict=True))).rstrip())
     for r in data["crons"]:
         if r["definition_changed"]:
-            lines.append(f"note: cron {r['cron_id']} changed its definition in or after the "
-                         "window; firings are judged from "
-                         + (when(r["evaluated_from"]) if r["evaluated_from"] else "nowhere"))
+            lines.append(f"note: cron {r['cron_id']} " + judged_from_words(r, when))
     if gate["failures"]:
         lines.append("accept failures: " + ", ".join(
             f"{reason} {count}" for reason, count in sorted(gate["failures"].items())))

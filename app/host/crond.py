@@ -50,6 +50,70 @@ def _name_of(pid_dir: str) -> str | None:
     return argv[1].decode("utf-8", "replace") if len(argv) > 1 else comm
 
 
+def _is_busybox(pid_dir: str) -> bool | None:
+    """Whether the process runs BusyBox: its comm, the program its exe links to, or (exe
+    unreadable: another user's process) the program its absolute argv[0] links to, as
+    OpenWrt's /usr/sbin/crond -> /bin/busybox; None when nothing tells."""
+    try:
+        with open(os.path.join(pid_dir, "comm"), "rb") as fh:
+            if fh.read().strip() == b"busybox":
+                return True
+    except OSError:
+        return None
+    try:
+        program = os.readlink(os.path.join(pid_dir, "exe"))
+    except OSError:
+        try:
+            with open(os.path.join(pid_dir, "cmdline"), "rb") as fh:
+                argv0 = fh.read().split(b"\0")[0].decode("utf-8", "replace")
+        except OSError:
+            return None
+        if not argv0.startswith("/"):
+            return None
+        program = os.path.realpath(argv0)
+    return os.path.basename(program).startswith("busybox")
+
+
+BUSYBOX, OVERLAPPING = "busybox", "overlapping"
+_KIND_TTL = 300  # seconds a process keeps the kind it found
+_kind_seen: list = []  # [(when, proc, kind)]: the last scan of this process
+
+
+def daemon_kind(proc: str | None = None, now: float | None = None) -> str | None:
+    """Which cron daemon runs, by a scan of /proc: "busybox" when every one is BusyBox
+    crond (it skips a firing while the line's previous run is still going), "overlapping"
+    when one is another cron (Vixie/Debian cron, cronie: they start overlapping runs),
+    None when none runs, or its program cannot be told, or /proc cannot be read. Kept for
+    a few minutes per process."""
+    import time
+    proc = PROC if proc is None else proc
+    now = time.time() if now is None else now
+    if _kind_seen and _kind_seen[0][1] == proc and now - _kind_seen[0][0] < _KIND_TTL:
+        return _kind_seen[0][2]
+    try:
+        entries = os.listdir(proc)
+    except OSError:
+        return None
+    kinds = set()
+    for entry in entries:
+        if entry.isdigit():
+            pid_dir = os.path.join(proc, entry)
+            if _name_of(pid_dir) in DAEMONS:
+                busybox = _is_busybox(pid_dir)
+                kinds.add(None if busybox is None else BUSYBOX if busybox else OVERLAPPING)
+    # One daemon that overlaps runs decides; a daemon of unknown kind leaves it unknown.
+    kind = (OVERLAPPING if OVERLAPPING in kinds else None if None in kinds
+            else BUSYBOX if kinds else None)
+    _kind_seen[:] = [(now, proc, kind)]
+    return kind
+
+
+def kind_for(settings) -> str | None:
+    """The daemon whose firings the gate and health judge: daemon_kind() in system mode,
+    None otherwise (nothing is installed into a crontab, so no daemon is assumed)."""
+    return daemon_kind() if settings.scheduler == "system" else None
+
+
 def crond_running(proc: str | None = None) -> bool:
     """True when some process is a cron daemon (crond or cron), by a scan of /proc."""
     proc = PROC if proc is None else proc

@@ -51,7 +51,8 @@ _OPEN = RunningInstance.status == SQL(str(INSTANCE_RUNNING))
 _TITLES = {"failed": N_("{name} failed"), "missed": N_("{name} missed a firing"),
            "stuck": N_("{name} is stuck"), "ok": N_("{name} is ok again")}
 _OPENINGS = {"failed": N_('Cron {id} "{name}" failed at {at}, on {host}.'),
-             "missed": N_('Cron {id} "{name}" missed a firing at {at}, on {host}.'),
+             # The reason that follows names the firing; {at} would be when it was noticed.
+             "missed": N_('Cron {id} "{name}" missed a firing, on {host}.'),
              "stuck": N_('Cron {id} "{name}" is stuck at {at}, on {host}.'),
              "ok": N_('Cron {id} "{name}" is ok again at {at}, on {host}.')}
 _BEFORE = {"failed": N_("It was failed before."), "missed": N_("It was missed before."),
@@ -121,7 +122,10 @@ def find_changes(settings, now: int) -> int:
     from qlshadow.watch import health
     loaded = _load_firings(settings)
     with db.connected():
-        healths = health.read_all(now, shadow=settings.shadow_on)
+        from qlshadow.host.crond import kind_for
+        # The daemon is looked for in /proc only when a firing or a run needs it.
+        healths = health.read_all(now, shadow=settings.shadow_on,
+                                  daemon=lambda: kind_for(settings))
         alerted = dict(Cron.select(Cron.id, Cron.alert_state).tuples())
     _keep_firings(settings, loaded, now)
     changes = []

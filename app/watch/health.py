@@ -22,7 +22,17 @@ PROBLEMS = ("failed", "missed", "stuck", "late")
 # Listing order: problems (newest first), then these groups in this order.
 _GROUP = {"running": 1, "new": 2, "paused": 3, "ok": 4}
 PUBLIC_FIELDS = ("cron_id", "name", "schedule", "state", "since", "next_expected",
-                 "last_success", "last_start", "grace", "reason", "snoozed_until", "quiet")
+                 "last_success", "last_start", "grace", "reason", "snoozed_until", "quiet",
+                 "open")
+# What an open execution is (docs/CONTRACT.md §13.1), the one rule every surface shows
+# (status, runs, /open/runs, the page, the gate, /metrics): `running` within its cron's
+# stuck limit, `stuck` past it, `finish_lost` once a later execution crond started proves
+# it ended (crond starts a line only when its previous run ended; a daemon that starts
+# overlapping runs proves nothing so, and its open runs only become stuck).
+CONDITIONS = ("running", "stuck", "finish_lost")
+# Cron daemons that start a line while its previous run is still going (Vixie/Debian cron,
+# cronie): their firings are never skipped, and a later start says nothing of an earlier.
+OVERLAPPING = "overlapping"
 
 RECENT = 20  # executions read per cron and per source (Legacy instances, Shadow Runs)
 MAX_CRONS = 1000  # one read answers at most this many crons, lowest ids first
@@ -61,6 +71,10 @@ class Firings:
 
     def first_after(self, t: int) -> int | None:
         return self._first_after(t) if self._first_after else None
+
+    def is_firing(self, t: int) -> bool:
+        """Whether the schedule fires at instant t (False when it cannot tell)."""
+        return self._first_after is not None and self._first_after(t - 1) == t
 
     def shortest_gap(self) -> int | None:
         points = self.due + ([self.next] if self.next is not None else [])
@@ -116,21 +130,90 @@ def alert_mark_text(health: dict) -> str:
     return ", ".join(marks)
 
 
+def condition(start: int, limit: int, now: int, later_start: int | None = None,
+              overlapping: bool = False) -> tuple:
+    """(word of CONDITIONS, since) of one open execution started at `start` (a pure function).
+
+    later_start: when the cron's next execution that crond started began (None: none).
+    """
+    if later_start is not None and not overlapping:
+        return "finish_lost", later_start
+    if now - start > limit:
+        return "stuck", start + limit
+    return "running", start
+
+
+def overlaps(daemon) -> bool:
+    """Whether the daemon (a kind, or a function that finds it, called only when needed:
+    the tick scans /proc only when the answer matters) starts overlapping runs."""
+    return (daemon() if callable(daemon) else daemon) == OVERLAPPING
+
+
+def open_conditions(executions: list, limit: int, now: int, overlapping=False) -> dict:
+    """{start: (condition, since)} of every open execution among a cron's executions.
+
+    Only an execution crond started (or may have: Shadow off) is ended by a later one
+    crond started; a manual run can overlap anything. overlapping: a bool, or a function
+    that tells it (asked only when an open execution has a later one).
+    """
+    by_start = sorted(executions, key=lambda e: e.start)
+    found = {}
+    for i, e in enumerate(by_start):
+        if not e.open:
+            continue
+        later = None
+        if e.scheduled is not False:
+            later = next((x.start for x in by_start[i + 1:]
+                          if x.scheduled is not False and x.start > e.start), None)
+        lapping = False  # matters only when a later execution started
+        if later is not None:
+            lapping = overlapping() if callable(overlapping) else overlapping
+        found[e.start] = condition(e.start, limit, now, later, lapping)
+    return found
+
+
+def open_counts(conditions: dict) -> dict:
+    """{condition: how many} over CONDITIONS, zero when absent."""
+    counts = dict.fromkeys(CONDITIONS, 0)
+    for word, _since in conditions.values():
+        counts[word] += 1
+    return counts
+
+
+def skipped_by_crond(firing: int, by_start: list, limit: int) -> bool:
+    """Whether BusyBox crond skipped the firing because the line's previous run was still
+    open then: one crond started before it that finished at or after it, or that has no
+    finish, within its stuck limit and before crond started the line again."""
+    i = bisect.bisect_left([e.start for e in by_start], firing)
+    crond_s = [e for e in by_start[:i] if e.scheduled is not False]
+    if not crond_s:
+        return False
+    e = crond_s[-1]  # crond starts a line only once its previous run ended
+    if e.end is not None:
+        return e.end >= firing
+    return e.open and firing < e.start + limit
+
+
 def _when(t: int) -> str:
     return local_text(t, with_seconds=False)  # any stored time, 32-bit time_t included
 
 
 def evaluate(cron: dict, executions: list, firings: Firings, now: int,
-             last_success: int | None = None, steps: list = ()) -> dict:
+             last_success: int | None = None, steps: list = (), daemon: str | None = None,
+             max_runtime: int | None = None) -> dict:
     """The health of one cron: {cron_id, name, schedule, state, since, ...} (a pure function).
 
     executions: its recent Executions (any order); firings: its schedule near now
     (NO_FIRINGS when crond never starts it); last_success: when it last succeeded, for a
     cron whose recent executions hold no success; steps: the clock steps near now
-    (reconcile.clock_steps), whose firings are never missed or late.
+    (firing_times.clock_steps), whose firings are never missed or late; daemon: the cron
+    daemon's kind (host.crond.daemon_kind): unless it starts overlapping runs, a firing
+    that came while the previous run was open was skipped by crond, not missed.
     """
-    from qlshadow.watch.reconcile import in_clock_step
+    from qlshadow.watch.firing_times import in_clock_step
     execs = sorted(executions, key=lambda e: e.start, reverse=True)
+    if max_runtime is None:
+        max_runtime = cron.get("max_runtime")  # a per-cron column, where the schema has it
     grace = cron.get("grace")
     if grace is None:
         grace = default_grace(firings)
@@ -143,7 +226,7 @@ def evaluate(cron: dict, executions: list, firings: Firings, now: int,
               "state": "ok", "since": None, "next_expected": None,
               "last_success": last_success, "last_start": newest.start if newest else None,
               "grace": grace, "reason": "", "running_since": None,
-              **alert_marks(cron, now)}
+              "open": dict.fromkeys(CONDITIONS, 0), **alert_marks(cron, now)}
 
     def state(name: str, since, reason: str) -> dict:
         health.update(state=name, since=since, reason=reason)
@@ -152,14 +235,27 @@ def evaluate(cron: dict, executions: list, firings: Firings, now: int,
     if cron["is_disabled"]:
         return state("paused", cron["updated_at"], _("It is disabled, so crond does not start it."))
     health["next_expected"] = firings.next
+    limit, why = stuck_limit(execs, grace, max_runtime)
+    known: list = []  # the daemon's answer, once asked
+
+    def overlapping() -> bool:
+        if not known:
+            known.append(overlaps(daemon))
+        return known[0]
+    conditions = open_conditions(execs, limit, now, overlapping)
+    health["open"] = open_counts(conditions)
+    # For the page: each open execution's condition, and how firings are judged.
+    health.update(conditions=conditions, stuck_limit=limit,
+                  overlapping=not callable(daemon) and overlapping())
     if newest is not None and newest.open:
         health["running_since"] = newest.start
-        limit, why = stuck_limit(execs, grace, cron.get("max_runtime"))
-        if now - newest.start > limit:
-            return state("stuck", newest.start + limit,
-                         _("It has been running since {since}, longer than {why}; the process "
-                           "hangs or its finish callback was lost.").format(
-                               since=_when(newest.start), why=why))
+    stuck = min((e.start for e in execs if conditions.get(e.start, ("",))[0] == "stuck"
+                 and e.open), default=None)
+    if stuck is not None:
+        return state("stuck", stuck + limit,
+                     _("It has been running since {since}, longer than {why}; the process "
+                       "hangs or its finish callback was lost.").format(
+                           since=_when(stuck), why=why))
 
     # Firings the current definition describes: after its creation and its last change.
     judged_from = max(cron["created_at"], cron["updated_at"])
@@ -168,8 +264,11 @@ def evaluate(cron: dict, executions: list, firings: Firings, now: int,
     by_start = sorted(execs, key=lambda e: e.start)
     starts = [e.start for e in by_start]
 
+    is_firing = firings.is_firing
+
     def started(firing: int) -> bool:
-        return firing_started(firing, starts, by_start, grace)
+        return (firing_started(firing, starts, by_start, grace, is_firing)
+                or (skipped_by_crond(firing, by_start, limit) and not overlapping()))
 
     late = None
     if due and not started(due[-1]):
@@ -178,10 +277,12 @@ def evaluate(cron: dict, executions: list, firings: Firings, now: int,
             after = max(judged_from, newest.start if newest else judged_from)
             first = firings.first_after(after)
             first = first if first is not None and first <= missing[0] else missing[0]
+            # The reason names the firing itself (the alert quotes it), not when it was seen.
+            health["missed_firing"] = missing[0]
             return state("missed", missed_after(first, grace),
                          _("The firing at {at} has no record {grace} s after it: crond "
                            "did not start it, or its callbacks were lost.").format(
-                               at=_when(missing[-1]), grace=grace))
+                               at=_when(missing[0]), grace=grace))
         late = due[-1]
 
     last = finished[0] if finished else None
@@ -201,7 +302,7 @@ def evaluate(cron: dict, executions: list, firings: Firings, now: int,
                      _("The firing at {at} has no record yet; it counts as missed after "
                        "{deadline}.").format(at=_when(late),
                                             deadline=_when(missed_after(late, grace))))
-    if newest is not None and newest.open:
+    if newest is not None and newest.open and conditions[newest.start][0] == "running":
         return state("running", newest.start,
                      _("It has been running since {since}.").format(since=_when(newest.start)))
     if not execs:
@@ -231,28 +332,38 @@ def missed_after(firing: int, grace: int) -> int:
     return firing + max(grace, _MINUTE)
 
 
-def firing_started(firing: int, starts: list, by_start: list, grace: int) -> bool:
-    """Whether a record stands for the firing: one starting from it until its grace ran
-    out; a known manual run only in the firing's own minute (as in the gate)."""
+def firing_started(firing: int, starts: list, by_start: list, grace: int,
+                   is_firing=None) -> bool:
+    """Whether a record stands for the firing: one in its own minute, or one starting later
+    until its grace ran out in a minute that is no firing of its own (is_firing(minute),
+    when known: that record stands for its own firing, so a gap before it stays a gap, as
+    in the gate); a known manual run only in the firing's own minute (as in the gate)."""
     i = bisect.bisect_left(starts, firing)
+    own = firing // _MINUTE
     while i < len(starts) and starts[i] < firing + _MINUTE + grace:
         e = by_start[i]
-        if e.scheduled is not False or e.start // _MINUTE == firing // _MINUTE:
+        minute = e.start // _MINUTE
+        if minute == own:
+            return True
+        if e.scheduled is not False and not (is_firing and is_firing(minute * _MINUTE)):
             return True
         i += 1
     return False
 
 
 def missed_firings(cron: dict, executions: list, expected: list, grace: int, now: int,
-                   steps: list = ()) -> int:
+                   steps: list = (), is_firing=None, daemon: str | None = None,
+                   max_runtime: int | None = None) -> int:
     """How many of the firings in `expected` have no record and are past their grace (none
-    in a clock step)."""
-    from qlshadow.watch.reconcile import in_clock_step
+    in a clock step, none crond skipped while the previous run was open)."""
+    from qlshadow.watch.firing_times import in_clock_step
     by_start = sorted(executions, key=lambda e: e.start)
     starts = [e.start for e in by_start]
+    limit = stuck_limit(executions, grace, max_runtime)[0]
     return sum(1 for f in expected
                if now >= missed_after(f, grace) and not in_clock_step(f, steps)
-               and not firing_started(f, starts, by_start, grace))
+               and not firing_started(f, starts, by_start, grace, is_firing)
+               and not (skipped_by_crond(f, by_start, limit) and not overlaps(daemon)))
 
 
 def order(healths: list) -> list:
@@ -396,7 +507,7 @@ class Schedules:
         return found
 
     def _evaluate(self, schedule: str, lo: int, hi: int) -> list:
-        from qlshadow.watch.reconcile import LocalClock, firings
+        from qlshadow.watch.firing_times import LocalClock, firings
         clock = self._clocks.get((lo, hi))
         if clock is None:
             clock = self._clocks[(lo, hi)] = LocalClock(lo - 2 * _DAY, hi + 2 * _DAY)
@@ -449,13 +560,14 @@ class Schedules:
 
 
 def read_all(now: int | None = None, shadow: bool = True, cron_id: int | None = None,
-             count_missed: bool = False) -> list:
+             count_missed: bool = False, daemon: str | None = None) -> list:
     """The health of every cron (or one), problems first (see order); read-only.
 
     count_missed adds "missed_recent" to each: the missed firings since the oldest of its
     recent executions (or since it was created or last changed), at most a month back.
+    daemon: the cron daemon's kind (evaluate).
     """
-    from qlshadow.watch.reconcile import clock_steps, is_active
+    from qlshadow.watch.firing_times import clock_steps, is_active
     now = int(time.time()) if now is None else now
     with database.atomic():  # one snapshot; a read takes no write lock
         query = Cron.select().order_by(Cron.id).limit(MAX_CRONS)
@@ -473,18 +585,95 @@ def read_all(now: int | None = None, shadow: bool = True, cron_id: int | None = 
     for cron in crons:
         active = is_active(cron)
         firings = schedules.around(cron["schedule"]) if active else NO_FIRINGS
-        found = evaluate(cron, recent[cron["id"]], firings, now, older.get(cron["id"]), steps)
+        found = evaluate(cron, recent[cron["id"]], firings, now, older.get(cron["id"]), steps,
+                         daemon)
         if count_missed:
             found["missed_recent"] = _missed_recent(cron, recent[cron["id"]], found["grace"],
-                                                    schedules, now, steps) if active else 0
+                                                    schedules, now, steps,
+                                                    daemon) if active else 0
         healths.append(found)
     return order(healths)
 
 
 def _missed_recent(cron: dict, executions: list, grace: int, schedules: Schedules,
-                   now: int, steps: list = ()) -> int:
+                   now: int, steps: list = (), daemon: str | None = None) -> int:
     judged_from = max(cron["created_at"], cron["updated_at"]) + 1
     lo = min((e.start for e in executions), default=judged_from)
     lo = max(lo, judged_from, now - 31 * _DAY)
     expected = schedules.between(cron["schedule"], lo, now - max(grace, _MINUTE) + 1)
-    return missed_firings(cron, executions, expected, grace, now, steps)
+    fires = set(schedules.between(cron["schedule"], lo, now + 1))
+    return missed_firings(cron, executions, expected, grace, now, steps, fires.__contains__,
+                          daemon, cron.get("max_runtime"))
+
+
+# --- open Runs, as every surface words them -----------------------------------------------
+
+# The first Run of a cron after an instant: shadow_runs_cron (cron_id, accepted_at, id) alone
+# answers it.
+_LATER_RUN = ('SELECT MIN("accepted_at") FROM "shadow_runs" WHERE "cron_id" = {q} '
+              'AND "accepted_at" > {q}')
+
+
+def stuck_limits(ids: list, now: int, shadow: bool = True) -> dict:
+    """{cron_id: seconds} after which an open execution of each cron is stuck, as health
+    judges it (stuck_limit over its recent executions and its grace)."""
+    from qlshadow.watch.firing_times import is_active
+    ids = sorted(set(ids))
+    if not ids:
+        return {}
+    crons = {c["id"]: c for c in Cron.select().where(Cron.id.in_(ids)).dicts()}
+    recent = recent_executions(list(crons), shadow)
+    schedules = Schedules(now)
+    limits = {}
+    for cron_id in ids:
+        cron = crons.get(cron_id)
+        if cron is None:  # deleted: its Runs are judged by the default limit
+            limits[cron_id] = max(STUCK_DEFAULT, GRACE_MAX)
+            continue
+        grace = cron.get("grace")
+        if grace is None:
+            grace = default_grace(schedules.around(cron["schedule"]) if is_active(cron)
+                                  else NO_FIRINGS)
+        limits[cron_id] = stuck_limit(recent[cron_id], grace, cron.get("max_runtime"))[0]
+    return limits
+
+
+def later_run(cron_id: int, after: int) -> int | None:
+    """When the cron's first Run after the instant was accepted, or None."""
+    q = database.obj.param
+    row = database.obj.execute_sql(_LATER_RUN.format(q=q), (cron_id, after)).fetchone()
+    return row[0] if row and row[0] is not None else None
+
+
+def run_conditions(runs: list, now: int, shadow: bool = True, daemon: str | None = None,
+                   limits: dict | None = None) -> dict:
+    """{run id: (condition, since)} of the open ones among Runs as the reader gives them
+    (every Run is one crond started), by condition()."""
+    open_runs = [r for r in runs if r["finished_at"] is None]
+    if not open_runs:
+        return {}
+    overlapping = overlaps(daemon)
+    later = {} if overlapping else {r["id"]: later_run(r["cron_id"], r["accepted_at"])
+                                    for r in open_runs}
+    if limits is None:  # a lost finish needs no limit: read only those of the others
+        limits = stuck_limits([r["cron_id"] for r in open_runs if later.get(r["id"]) is None],
+                              now, shadow)
+    return {r["id"]: condition(r["accepted_at"], limits.get(r["cron_id"], STUCK_DEFAULT), now,
+                               later.get(r["id"]), overlapping)
+            for r in open_runs}
+
+
+def with_conditions(runs: list, now: int, shadow: bool = True, daemon: str | None = None,
+                    found: dict | None = None) -> list:
+    """The Runs, each with its "condition": CONDITIONS' word when open, else "exited"
+    ("finish_lost" for a Run a reboot closed). found: run_conditions' answer, if read."""
+    from qlshadow.core.shadow import LOST_AT_REBOOT_WORDS
+    if found is None:
+        found = run_conditions(runs, now, shadow, daemon)
+    for r in runs:
+        if r["id"] in found:
+            r["condition"] = found[r["id"]][0]
+        else:  # a Run a reboot closed never told its finish either
+            r["condition"] = ("finish_lost" if r.get("outcome") == LOST_AT_REBOOT_WORDS
+                              else "exited")
+    return runs

@@ -138,6 +138,12 @@ def _cron_families(out: _Text, healths: list, failures: dict) -> None:
             ("qlshadow_cron_grace_seconds", "grace",
              "Seconds a due firing may go without a record before it counts as missed.")):
         out.family(name, "gauge", help_text, [(labels, h[key] or 0) for labels, h in labelled])
+    from qlshadow.watch.health import CONDITIONS
+    out.family("qlshadow_cron_open_executions", "gauge",
+               "The cron's open executions among its 20 newest, by condition: running within "
+               "its time, stuck past it, finish_lost once a later one started.",
+               [({**labels, "condition": word}, h["open"][word])
+                for labels, h in labelled for word in CONDITIONS])
     out.family("qlshadow_cron_failures", "counter",
                "Failed executions (non-zero exit) among those stored (within retention).",
                [(labels, failures.get(h["cron_id"], 0)) for labels, h in labelled])
@@ -214,9 +220,10 @@ def render(counters: Counters, settings=None, policy=None) -> str:
         sizes, runs, finishes = storage_bytes(), runs_by_state(), last_finishes()
         if settings is not None:
             from qlshadow.watch import health
+            from qlshadow.host.crond import kind_for
             healths = health.read_all(int(time.time()),
                                       shadow="scheduled_system" in settings.shadow_origins,
-                                      count_missed=True)
+                                      count_missed=True, daemon=kind_for(settings))
             failures = cron_failures()
             from qlshadow.watch import alerts
             notifications, delays = alerts.counts_by_channel(), alerts.delays()

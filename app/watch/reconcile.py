@@ -7,15 +7,12 @@ and the accept failures of that window. Runs are read as a range of (accepted_at
 after it; a cron's Legacy instances are read whole (retention bounds them), through the
 index on (cron_id, id) the product already keeps.
 
-Schedules are matched by cronsim; this module only decides which wall-clock minutes map
-to which instants (BusyBox crond tests every real minute by its local time: a minute in
-the spring-forward gap never fires, one in the autumn repeat fires twice) and BusyBox's
-day-of-month / day-of-week rule. docs/SHADOW.md explains both.
+Firings are worked out by firing_times.py (the way BusyBox crond starts lines, and clock
+steps; its names are kept here for the gate's callers); open Runs are worded, and
+crond's overlap skips told, by health.py's rules.
 """
 from __future__ import annotations
 
-import calendar
-import functools
 import time
 
 from qlshadow import timefmt
@@ -23,11 +20,10 @@ from qlshadow.i18n import _
 from qlshadow.storage.db import is_sqlite
 from qlshadow.storage.models import Cron, database
 from qlshadow.parse import TIME_MAX
-from qlshadow.core.schedule import field_count
 from qlshadow.core.shadow.ids import uuid_text
+from qlshadow.watch.firing_times import (DAY, MAX_WINDOW, LocalClock, _sql, clock_steps,  # noqa: F401
+                                         firings, in_clock_step, is_active, next_firing)
 
-DAY = 86400
-MAX_WINDOW = 31 * DAY  # firings are enumerated one by one: keep a call bounded
 MAX_LISTED = 100  # most firings listed in `missed` and in `double`; the rest are counted
 
 
@@ -39,7 +35,7 @@ def _check(since: int, until: int, cron_id, stuck_after: int, tolerance: float) 
     for name, value in (("since", since), ("until", until)):
         if type(value) is not int or not 0 <= value <= TIME_MAX:
             raise ReconcileError(f"'{name}' must be epoch seconds between 0 and {TIME_MAX}.")
-    if type(stuck_after) is not int or stuck_after < 0:
+    if stuck_after is not None and (type(stuck_after) is not int or stuck_after < 0):
         raise ReconcileError("'stuck_after' must be a non-negative integer (seconds).")
     if cron_id is not None and (type(cron_id) is not int or cron_id < 1):
         raise ReconcileError("'cron_id' must be a positive integer.")
@@ -57,9 +53,16 @@ def _check(since: int, until: int, cron_id, stuck_after: int, tolerance: float) 
         raise ReconcileError("'tolerance' must be a share between 0 and 1.")
 
 
-def reconcile(since: int, until: int, cron_id: int | None = None, stuck_after: int = 3600,
-              tolerance: float = 0.01, now: int | None = None) -> dict:
-    """The gate's report for [since, until): {"window", "gate", "crons"} (read-only)."""
+def reconcile(since: int, until: int, cron_id: int | None = None,
+              stuck_after: int | None = None, tolerance: float = 0.01, now: int | None = None,
+              daemon: str | None = None) -> dict:
+    """The gate's report for [since, until): {"window", "gate", "crons"} (read-only).
+
+    stuck_after: seconds after which an open Run is stuck; None: each cron's own limit, as
+    health judges it. daemon: the cron daemon's kind (host.crond.daemon_kind): unless it
+    starts overlapping runs, a firing that came while the line's previous run was open is
+    `skipped (still running)`, not missed.
+    """
     _check(since, until, cron_id, stuck_after, tolerance)
     now = int(time.time()) if now is None else now
     clock = LocalClock(since - 2 * DAY, until + 2 * DAY)
@@ -75,10 +78,12 @@ def reconcile(since: int, until: int, cron_id: int | None = None, stuck_after: i
         crons = [cron for cron in crons if cron_id is not None or is_active(cron)]
         ids = [cron["id"] for cron in crons]
         failures = _failures(since, until)
-        stats = _stats(ids, since, until, now - stuck_after)
+        stats = _stats(ids, since, until)
         unmatched, instance_starts = _unmatched(ids, since, until)
         steps = clock_steps(since, until)
-        reports = [_guarded_report(cron, since, until, now, stuck_after, tolerance, clock,
+        judge = _Judge(now, stuck_after, daemon)
+        judge.prefetch([cid for cid, row in stats.items() if row[0] > row[1]])
+        reports = [_guarded_report(cron, since, until, now, judge, tolerance, clock,
                                    failures.get(cron["id"], {}), stats.get(cron["id"]),
                                    unmatched.get(cron["id"], 0),
                                    instance_starts.get(cron["id"], ()), steps)
@@ -87,142 +92,7 @@ def reconcile(since: int, until: int, cron_id: int | None = None, stuck_after: i
     return {"window": {"since": since, "until": until}, "gate": gate, "crons": reports}
 
 
-def is_active(cron: dict) -> bool:
-    """True when system mode writes the cron as an active crontab line (app/host/crontab.py)."""
-    return (not cron["is_disabled"] and field_count(cron["schedule"]) == 5
-            and cron["extra_schedules"] in (None, "", "[]"))
-
-
-# --- firings ---------------------------------------------------------------------------------
-
-class LocalClock:
-    """The host's local time (libc's TZ, as crond sees it) between two instants.
-
-    Holds the periods of constant UTC offset, so turning a wall-clock minute into the
-    instants that show it is integer arithmetic: none in a spring-forward gap, two in an
-    autumn repeat, one otherwise.
-    """
-
-    def __init__(self, lo: int, hi: int):
-        periods = []
-        start, offset = lo, time.localtime(lo).tm_gmtoff
-        # Hourly samples find every change (no zone keeps an offset for under an hour);
-        # each change is then narrowed to its second.
-        t = lo
-        while t < hi:
-            step = min(3600, hi - t)
-            after = time.localtime(t + step).tm_gmtoff
-            if after != offset:
-                a, b = t, t + step  # offset(a) == offset, offset(b) == after
-                while b - a > 1:
-                    mid = (a + b) // 2
-                    if time.localtime(mid).tm_gmtoff == offset:
-                        a = mid
-                    else:
-                        b = mid
-                periods.append((start, b, offset))
-                start, offset = b, after
-            t += step
-        periods.append((start, hi + 1, offset))
-        self.periods = periods
-        self.offsets = sorted({p[2] for p in periods})
-
-    def covering(self, wall_lo: int, wall_hi: int) -> list:
-        """The periods any instant showing a wall time in [wall_lo, wall_hi) can fall in."""
-        return [p for p in self.periods
-                if p[0] < wall_hi - self.offsets[0] and p[1] > wall_lo - self.offsets[-1]]
-
-    def instants(self, wall: int) -> list:
-        """Instants whose local time is `wall` (wall-clock seconds counted as if UTC)."""
-        return [wall - off for lo, hi, off in self.periods if lo <= wall - off < hi]
-
-
-def _day_rule(schedule: str) -> list:
-    """cronsim expressions whose union matches the days BusyBox crond matches.
-
-    BusyBox ignores a day field that holds every value and otherwise ORs day-of-month with
-    day-of-week; Vixie cron (and cronsim) AND them when either field starts with '*'.
-    They differ for e.g. '*/2' with a weekday, or '1-31' with a weekday.
-    """
-    from cronsim import CronSim
-    from datetime import datetime
-    fields = schedule.split()
-    parsed = CronSim(schedule, datetime(2000, 1, 1))
-    all_days = len(parsed.days) == 31
-    all_weekdays = {d % 7 for d in parsed.weekdays} == set(range(7))
-    if all_days:
-        fields[2] = "*"
-    if all_weekdays:
-        fields[4] = "*"
-    if all_days or all_weekdays or not (fields[2].startswith("*") or fields[4].startswith("*")):
-        return [" ".join(fields)]
-    # Both restricted, one written with a leading '*': OR them as two expressions.
-    return [" ".join(fields[:4] + ["*"]), " ".join(fields[:2] + ["*", fields[3], fields[4]])]
-
-
-@functools.lru_cache(maxsize=64)  # crons often share a time of day (*/5, 0 *, ...)
-def _times_of_day(minute: str, hour: str) -> tuple:
-    """Seconds after midnight of the wall-clock minutes the two fields match, by cronsim."""
-    from cronsim import CronSim
-    from datetime import datetime, timedelta
-    day = datetime(2000, 1, 1)
-    times = []
-    for match in CronSim(f"{minute} {hour} * * *", day - timedelta(seconds=1)):
-        if match.day != day.day:
-            break
-        times.append(match.hour * 3600 + match.minute * 60)
-    return tuple(times)
-
-
-def firings(schedule: str, lo: int, hi: int, clock: LocalClock) -> list:
-    """The instants in [lo, hi) at which BusyBox crond starts a 5-field schedule, sorted."""
-    # Lazy: only the gate needs a cron evaluator, never the callback path.
-    from cronsim import CronSim
-    from datetime import datetime, timedelta
-    # A cron line matches a wall-clock minute when its day matches and its time of day
-    # matches, independently; so cronsim is asked for the matching days of the window and
-    # for the matching times of one day, instead of for every firing (a week of an
-    # every-minute cron is 10,080 of them).
-    times = _times_of_day(*schedule.split()[:2])
-    epoch = datetime(1970, 1, 1)
-    wall_lo = lo + clock.offsets[0]
-    wall_hi = hi + clock.offsets[-1]
-    first_day = (wall_lo - wall_lo % DAY) - DAY  # cronsim answers strictly after its start
-    days = set()
-    for expression in _day_rule(f"0 0 {' '.join(schedule.split()[2:])}"):
-        for match in CronSim(expression, epoch + timedelta(seconds=first_day + DAY - 1)):
-            wall = calendar.timegm(match.timetuple())
-            if wall >= wall_hi:
-                break
-            days.add(wall)
-    found = []
-    for wall_day in sorted(days):
-        periods = clock.covering(wall_day, wall_day + DAY)
-        if len(periods) == 1:  # no offset change near this day: plain arithmetic
-            shift = periods[0][2]
-            found.extend(w - shift for w in (wall_day + t for t in times)
-                         if lo <= w - shift < hi)
-        else:
-            for t in times:
-                found.extend(i for i in clock.instants(wall_day + t) if lo <= i < hi)
-    return sorted(set(found))
-
-
-def next_firing(schedule: str, after: int, clock_hi: int) -> int | None:
-    """The first firing after `after` within the next 31 days (for "needs" reasons)."""
-    hi = min(clock_hi, after + MAX_WINDOW, timefmt.local_limit() - DAY)
-    if hi <= after:
-        return None
-    found = firings(schedule, after, hi, LocalClock(after - DAY, hi + DAY))
-    return found[0] if found else None
-
-
 # --- reads -------------------------------------------------------------------------------
-
-def _sql(text: str) -> str:
-    param = database.obj.param
-    return text if param == "?" else text.replace("?", param)
-
 
 # What the gate counts per cron, in one statement for every cron of the report.
 _STATS = (
@@ -231,7 +101,6 @@ _STATS = (
     'SUM(CASE WHEN "finished_at" IS NOT NULL THEN 1 ELSE 0 END), '
     'SUM(CASE WHEN "finished_at" IS NOT NULL AND "exit_code" <> 0 THEN 1 ELSE 0 END), '
     'SUM(CASE WHEN "created_running" = ? THEN 1 ELSE 0 END), '
-    'SUM(CASE WHEN "finished_at" IS NULL AND "accepted_at" < ? THEN 1 ELSE 0 END), '
     'MIN({revision}), MAX({revision}) '
     'FROM "shadow_runs" WHERE {where} '
     'GROUP BY "cron_id"')
@@ -267,21 +136,6 @@ _FAILURES = ('SELECT "cron_id", "reason", COUNT(*) FROM "shadow_failures" '
              'WHERE "at" >= ? AND "at" < ? GROUP BY "cron_id", "reason"')
 
 
-# clock_steps is capped (runtime.STEPS_KEPT rows): a scan is bounded.
-_STEPS = 'SELECT "lo", "hi", "step", "at" FROM "clock_steps" WHERE "hi" > ? AND "lo" < ?'
-
-
-def clock_steps(since: int, until: int) -> list:
-    """[(lo, hi, step, at)] of the recorded clock steps whose window meets [since, until)."""
-    return sorted(tuple(row) for row in database.obj.execute_sql(_sql(_STEPS), (since, until)))
-
-
-def in_clock_step(at: int, steps: list):
-    """The clock step whose window holds the instant, or None: the one test of whether a
-    firing is judged `clock step` (the gate, health and the page's strip all ask it)."""
-    return next((step for step in steps if step[0] <= at < step[1]), None)
-
-
 def _in(column: str, ids: list) -> str:
     return f'{column} IN ({", ".join(str(int(i)) for i in ids)})' if ids else "1 = 0"
 
@@ -293,18 +147,88 @@ def _runs_where(ids: list, since: int, until: int) -> tuple:
     return _BY_CRON + _in('"cron_id"', ids), [since, until]
 
 
-def _stats(ids: list, since: int, until: int, stuck_before: int) -> dict:
-    """{cron_id: (runs, exited, failed, finish_only, stuck, lowest and highest revision)}."""
+def _stats(ids: list, since: int, until: int) -> dict:
+    """{cron_id: (runs, exited, failed, finish_only, lowest and highest revision)}."""
     where, params = _runs_where(ids, since, until)
     wanted = set(ids)
     # The revision is stored as bytes; PostgreSQL has no MIN of bytea, so both compare hex.
     revision = ('lower(hex("task_revision"))' if is_sqlite()
                 else "encode(\"task_revision\", 'hex')")
-    return {row[0]: tuple(int(v) for v in row[1:6]) + tuple(row[6:])
+    return {row[0]: tuple(int(v) for v in row[1:5]) + tuple(row[5:])
             for row in database.obj.execute_sql(_sql(_STATS.format(where=where,
                                                                    revision=revision)),
-                                                [0, stuck_before] + params)
+                                                [0] + params)
             if row[0] in wanted}
+
+
+# A cron's open Runs of the window, and its Runs around missed firings (whether the line's
+# previous run was still open then), through shadow_runs_cron; read only for crons that
+# have them.
+_OPEN_RUNS = ('SELECT "accepted_at" FROM "shadow_runs" WHERE "cron_id" = ? '
+              'AND "accepted_at" >= ? AND "accepted_at" < ? AND "finished_at" IS NULL '
+              'ORDER BY "accepted_at"')
+# A cron's newest Run, through shadow_runs_cron.
+_NEWEST_RUN = ('SELECT "accepted_at", "finished_at" FROM "shadow_runs" WHERE "cron_id" = ? '
+               'ORDER BY "accepted_at" DESC, "id" DESC LIMIT 1')
+# The last Run before a firing: one seek of shadow_runs_cron, then its row.
+_RUN_BEFORE = ('SELECT "accepted_at", "finished_at" FROM "shadow_runs" WHERE "cron_id" = ? '
+               'AND "accepted_at" < ? ORDER BY "accepted_at" DESC, "id" DESC LIMIT 1')
+
+
+class _Judge:
+    """What the gate asks health about open Runs: each cron's stuck limit (stuck_after,
+    else health's own), the condition of an open Run, and crond's overlap skips."""
+
+    def __init__(self, now: int, stuck_after: int | None, daemon: str | None):
+        from qlshadow.watch import health
+        self.health, self.now, self.stuck_after = health, now, stuck_after
+        self.overlapping = daemon == health.OVERLAPPING
+        self._limits: dict = {}
+
+    def prefetch(self, ids: list) -> None:
+        """Read the stuck limits of these crons at once (those with open Runs)."""
+        if self.stuck_after is None and ids:
+            self._limits.update(self.health.stuck_limits(ids, self.now))
+
+    def limit(self, cron_id: int) -> int:
+        if self.stuck_after is not None:
+            return self.stuck_after
+        if cron_id not in self._limits:
+            self._limits.update(self.health.stuck_limits([cron_id], self.now))
+        return self._limits[cron_id]
+
+    def open_runs(self, cron_id: int, since: int, until: int, count: int) -> dict:
+        """{condition: count} of the cron's `count` Runs of the window that have no finish."""
+        h = self.health
+        counts = dict.fromkeys(h.CONDITIONS, 0)
+        if not self.overlapping:
+            # Every open Run but the cron's newest has a later one: its finish was lost.
+            # So only the newest is read (one seek), never the window's Runs.
+            row = database.obj.execute_sql(_sql(_NEWEST_RUN), (cron_id,)).fetchone()
+            if row is not None and row[1] is None and since <= row[0] < until:
+                counts[h.condition(row[0], self.limit(cron_id), self.now)[0]] += 1
+                count -= 1
+            counts["finish_lost"] += count
+            return counts
+        # A daemon that starts overlapping runs: each open Run by its age alone.
+        for (at,) in database.obj.execute_sql(_sql(_OPEN_RUNS), (cron_id, since, until)):
+            counts[h.condition(at, self.limit(cron_id), self.now, None, True)[0]] += 1
+        return counts
+
+    def skipped(self, cron_id: int, missed: list) -> set:
+        """The missed firings crond skipped because the line's previous run was open."""
+        if self.overlapping or not missed:
+            return set()
+        # Only the line's last run before a firing can hold it back (crond starts a line
+        # only after its run ended).
+        h, found = self.health, set()
+        for at in missed:
+            row = database.obj.execute_sql(_sql(_RUN_BEFORE), (cron_id, at)).fetchone()
+            if row is not None and h.skipped_by_crond(
+                    at, [h.Execution(row[0], row[1], None, row[1] is None, True)],
+                    self.limit(cron_id) if row[1] is None else 0):
+                found.add(at)
+        return found
 
 
 def _unmatched(ids: list, since: int, until: int) -> tuple:
@@ -371,30 +295,34 @@ def _unevaluated(cron: dict, reason: str) -> dict:
         "cron_id": cron["id"], "name": cron["name"], "schedule": cron["schedule"],
         "active": active, "definition_changed": False, "evaluated_from": None,
         "expected": 0, "runs": 0, "exited": 0, "running": 0, "failed": 0, "finish_only": 0,
-        "stuck": 0, "missed": [], "missed_omitted": 0, "double": [], "double_omitted": 0,
-        "clock_step": 0, "off_schedule": 0, "unmatched_instances": 0, "drift": 0,
+        "stuck": 0, "finish_lost": 0, "missed": [], "missed_omitted": 0, "double": [],
+        "double_omitted": 0, "clock_step": 0, "skipped_running": 0, "off_schedule": 0,
+        "unmatched_instances": 0, "drift": 0,
         "invalid": 0, "verdict": "insufficient", "reasons": [reason],
     }
 
 
-def _cron_report(cron: dict, since: int, until: int, now: int, stuck_after: int,
+def _cron_report(cron: dict, since: int, until: int, now: int, judge: _Judge,
                  tolerance: float, clock: LocalClock, failed: dict, stats, unmatched: int,
                  instance_starts, steps: list = ()) -> dict:
     from qlshadow.core.shadow.writer import cron_revision
     execute = database.obj.execute_sql
     cid = cron["id"]
-    runs, exited, failed_runs, finish_only, stuck, low, high = (
-        stats or (0, 0, 0, 0, 0, None, None))
+    runs, exited, failed_runs, finish_only, low, high = stats or (0, 0, 0, 0, None, None)
+    conditions = (judge.open_runs(cid, since, until, runs - exited) if runs > exited
+                  else dict.fromkeys(("running", "stuck", "finish_lost"), 0))
+    stuck = conditions["stuck"]
     revisions = {low, high} - {None}  # two values exactly when the Runs carry several
     per_minute = {int(m): int(n) for m, n in execute(_sql(_RUN_MINUTES), (cid, since, until))}
 
     report = {
         "cron_id": cid, "name": cron["name"], "schedule": cron["schedule"],
         "active": is_active(cron), "definition_changed": False, "evaluated_from": None,
-        "expected": 0, "runs": runs, "exited": exited, "running": runs - exited,
+        "expected": 0, "runs": runs, "exited": exited, "running": conditions["running"],
         "failed": failed_runs, "finish_only": finish_only, "stuck": stuck,
+        "finish_lost": conditions["finish_lost"],
         "missed": [], "missed_omitted": 0, "double": [], "double_omitted": 0,
-        "clock_step": 0, "off_schedule": 0,
+        "clock_step": 0, "skipped_running": 0, "off_schedule": 0,
         "unmatched_instances": unmatched,
         "drift": failed.get("replay_drift", 0),
         "invalid": failed.get("invalid_execution_id", 0),
@@ -444,6 +372,10 @@ def _cron_report(cron: dict, since: int, until: int, now: int, stuck_after: int,
             # or start them all at once, late: neither is a firing crond missed.
             (stepped if in_clock_step(at, steps) else missed).append(at)
     report["clock_step"] = len(stepped)
+    skipped = judge.skipped(cid, missed)
+    if skipped:  # BusyBox crond starts no line while its previous run is still going
+        missed = [at for at in missed if at not in skipped]
+        report["skipped_running"] = len(skipped)
     if expected_at:  # Runs in judged minutes that are not firing minutes
         judged = sum(n for m, n in per_minute.items() if m * 60 + 59 >= lo and m * 60 < hi)
         report["off_schedule"] = judged - matched
@@ -465,14 +397,16 @@ def _cron_report(cron: dict, since: int, until: int, now: int, stuck_after: int,
         reasons.append(_("{count} callback(s) were refused as replay drift: the cron's "
                          "definition changed while a run of it was in flight").format(
                              count=report["drift"]))
-    lost = finish_only + stuck
+    lost = finish_only + stuck + report["finish_lost"]
     if runs and lost / runs > tolerance:
+        after = (_("{after} s").format(after=judge.stuck_after) if judge.stuck_after is not None
+                 else _("its stuck limit"))
         reasons.append(_("{lost} of {runs} Runs ({share} %) lost a callback ({finish_only} "
-                         "without start, {stuck} running over {after} s); at most {tolerated} % "
-                         "is tolerated").format(
+                         "without start, {finish_lost} whose finish was lost, {stuck} running "
+                         "over {after}); at most {tolerated} % is tolerated").format(
                              lost=lost, runs=runs, share=f"{100 * lost / runs:.1f}",
-                             finish_only=finish_only, stuck=stuck, after=stuck_after,
-                             tolerated=f"{100 * tolerance:g}"))
+                             finish_only=finish_only, finish_lost=report["finish_lost"],
+                             stuck=stuck, after=after, tolerated=f"{100 * tolerance:g}"))
     if failed_runs:
         reasons.append(_("{failed} of {exited} finished Runs exited with a non-zero code: crond "
                          "started them and the task failed").format(failed=failed_runs,
@@ -484,13 +418,25 @@ def _cron_report(cron: dict, since: int, until: int, now: int, stuck_after: int,
     elif not expected_at:
         report["verdict"] = "insufficient"
         upcoming = next_firing(cron["schedule"], max(lo, hi) - 1, max(lo, hi) + MAX_WINDOW)
-        text = (_("no scheduled firing in the judged part of the window ({since} to {until}); "
-                  "needs a window that covers at least one firing, e.g. the one at {next}")
-                if upcoming else
-                _("no scheduled firing in the judged part of the window ({since} to {until}); "
-                  "needs a window that covers at least one firing"))
-        reasons.append(text.format(since=_iso(lo), until=_iso(max(lo, hi)),
-                                   next=_iso(upcoming) if upcoming else ""))
+        if changed_inside and lo >= hi:
+            # Judged from its last change or re-enabling: nothing of it has come due yet.
+            text = (_("it was changed or enabled again at {at}, and no firing since then has "
+                      "ended its minute yet; needs a window that ends after its next firing "
+                      "({next})") if upcoming else
+                    _("it was changed or enabled again at {at}, and no firing since then has "
+                      "ended its minute yet"))
+            reasons.append(text.format(at=_iso(cron["updated_at"]),
+                                       next=_iso(upcoming) if upcoming else ""))
+            upcoming, text = None, None
+        else:
+            text = (_("no scheduled firing in the judged part of the window ({since} to "
+                      "{until}); needs a window that covers at least one firing, e.g. the one "
+                      "at {next}") if upcoming else
+                    _("no scheduled firing in the judged part of the window ({since} to "
+                      "{until}); needs a window that covers at least one firing"))
+        if text is not None:
+            reasons.append(text.format(since=_iso(lo), until=_iso(max(lo, hi)),
+                                       next=_iso(upcoming) if upcoming else ""))
     elif not runs:
         report["verdict"] = "insufficient"
         reasons.append(_("{count} firing(s) but no Shadow Run: needs Shadow on "
@@ -504,6 +450,12 @@ def _cron_report(cron: dict, since: int, until: int, now: int, stuck_after: int,
               "jumps over, so they are judged `clock step`, not missed").format(
                   count=len(stepped), first=_iso(stepped[0]), step=f"{step[2]:+d}",
                   seen=_iso(step[3])))
+    if skipped:  # explained, never a defect: crond does this by design
+        report["reasons"].append(
+            _("{count} firing(s) came while the previous run was still going (first at "
+              "{first}): BusyBox crond does not start a line again before its run ends, so "
+              "they are judged `skipped (still running)`, not missed").format(
+                  count=len(skipped), first=_iso(min(skipped))))
     if unmatched:  # explained, never a defect: these executions were not crond's
         report["reasons"].append(_("{count} Legacy instance(s) have no Run: manual runs (PUT "
                                    "/open/crons/run, `qlshadow cron run`) or runs without the "

@@ -112,9 +112,9 @@ def _list_key(found: dict) -> tuple:
             -found["cron_id"])
 
 
-def cron_rows(page: int, size: int, now: int, shadow: bool) -> dict:
+def cron_rows(page: int, size: int, now: int, shadow: bool, daemon: str | None = None) -> dict:
     """One page of crons, problems first, each with its health and its strip."""
-    found = sorted(health.read_all(now, shadow=shadow), key=_list_key)
+    found = sorted(health.read_all(now, shadow=shadow, daemon=daemon), key=_list_key)
     total = Cron.select().count()
     start = (page - 1) * size
     ids = [h["cron_id"] for h in found[start:start + size]]
@@ -141,13 +141,13 @@ def cron_rows(page: int, size: int, now: int, shadow: bool) -> dict:
 
 def _clock_steps(now: int) -> list:
     """The recorded clock steps as far back as a strip looks (a few rows, read whole)."""
-    from qlshadow.watch.reconcile import clock_steps
+    from qlshadow.watch.firing_times import clock_steps
     return clock_steps(now - _STRIP_WINDOWS[-1], now + 1)
 
 
-def cron_detail(cron: dict, now: int, shadow: bool) -> tuple:
+def cron_detail(cron: dict, now: int, shadow: bool, daemon: str | None = None) -> tuple:
     """(health, summary) of one cron, as its line in the list shows it."""
-    found = health.read_all(now, shadow=shadow, cron_id=cron["id"])
+    found = health.read_all(now, shadow=shadow, cron_id=cron["id"], daemon=daemon)
     found = found[0] if found else unevaluated(cron)
     recent = health.recent_executions([cron["id"]], shadow)[cron["id"]]
     return found, cron_summary(cron, recent, found, health.Schedules(now), now,
@@ -192,16 +192,21 @@ def cron_summary(cron: dict, executions: list, found: dict, schedules, now: int,
 
 
 def _execution_slot(e, newest: bool, found: dict) -> dict:
-    """One execution as the strip draws it: kind, start, a label and, when stuck, since when."""
+    """One execution as the strip draws it: kind, start, a label and, when stuck, since when.
+
+    An open execution is drawn as health words it (health.condition): running, stuck, or
+    finish lost.
+    """
     slot = {"start": e.start, "since": None}
-    if e.open and not newest:
-        # A newer execution started, so this one is no longer running: its finish was lost.
-        slot.update(kind="stuck", since=e.start,
-                    label=_("no finish was recorded, and a newer execution has started"))
-    elif e.open and found["state"] == "stuck":
-        slot.update(kind="stuck", since=found["since"],
+    word, since = _open_condition(e.start, e.open, newest, e.scheduled is not False, found)
+    if word == "finish_lost":
+        slot.update(kind="finish_lost", since=since,
+                    label=_("finish lost: no finish was recorded, and a newer execution has "
+                            "started"))
+    elif word == "stuck":
+        slot.update(kind="stuck", since=since,
                     label=_("still open, far longer than this cron usually runs"))
-    elif e.open:
+    elif word == "running":
         slot.update(kind="running", label=_("running"))
     elif e.exit_code is None:
         slot.update(kind="unknown", label=_("finished, exit code unknown"))
@@ -213,15 +218,32 @@ def _execution_slot(e, newest: bool, found: dict) -> dict:
     return slot
 
 
+def _open_condition(start: int, is_open: bool, newest: bool, by_crond: bool,
+                    found: dict) -> tuple:
+    """(condition, since) of an execution as health judged it; (None, None) when it is
+    closed. One older than health read falls back to the same rule: a newer one started."""
+    if not is_open:
+        return None, None
+    known = (found.get("conditions") or {}).get(start)
+    if known is not None:
+        return known
+    if not newest and by_crond and not found.get("overlapping"):
+        return "finish_lost", start
+    if found["state"] == "stuck":
+        return "stuck", found["since"]
+    return ("stuck", start) if not newest else ("running", start)
+
+
 def strip_slots(cron: dict, executions: list, found: dict, schedules, now: int,
                 n: int = STRIP, steps: list = ()) -> list:
     """The newest n slots, oldest first: each execution, and each firing of the schedule
     that has no record (missed once its grace ran out, late before; a clock step when it
     lies in a recorded step of the clock, as the gate and health judge it)."""
-    from qlshadow.watch.reconcile import in_clock_step, is_active
+    from qlshadow.watch.firing_times import in_clock_step, is_active
     execs = sorted(executions, key=lambda e: e.start)
     slots = [_execution_slot(e, i == len(execs) - 1, found) for i, e in enumerate(execs)]
     grace = found.get("grace")
+    limit = found.get("stuck_limit")
     if found["state"] != "unknown" and grace is not None and is_active(cron):
         # Judged as health judges: firings after the definition's last change, back to the
         # oldest execution read (older ones may have records that were not read).
@@ -231,12 +253,20 @@ def strip_slots(cron: dict, executions: list, found: dict, schedules, now: int,
         starts = [e.start for e in execs]
         for window in _STRIP_WINDOWS:
             since = max(lo, now - window)
-            gaps = [f for f in schedules.between(cron["schedule"], since, now - _MINUTE + 1)
-                    if not health.firing_started(f, starts, execs, grace)]
+            # Every firing up to now: a record in a firing's own minute stands for that
+            # firing, never for a gap before it (as the gate matches them).
+            fires = schedules.between(cron["schedule"], since, now + 1)
+            is_firing = set(fires).__contains__
+            gaps = [f for f in fires if f < now - _MINUTE + 1
+                    and not health.firing_started(f, starts, execs, grace, is_firing)]
             if since == lo or len(gaps) + sum(s >= since for s in starts) >= n:
                 break
         for f in gaps:
-            if in_clock_step(f, steps):
+            if (limit is not None and not found.get("overlapping")
+                    and health.skipped_by_crond(f, execs, limit)):
+                kind, label = "skipped", _("skipped (still running): crond does not start "
+                                           "the line while its previous run is going")
+            elif in_clock_step(f, steps):
                 kind, label = "clock_step", _("no record, in a step of the host's clock: not missed")
             elif now >= health.missed_after(f, grace):
                 kind, label = "missed", _("no record: missed")
@@ -320,11 +350,11 @@ def _execution_row(instance: dict | None, run: dict | None, shadow: bool) -> dic
 
 
 def _row_kind(row: dict, newest: bool, found: dict) -> tuple:
-    """(kind, stuck since) of one execution row, as the strip draws it."""
-    if row["open"] and not newest:
-        return "stuck", row["start"]
-    if row["open"]:
-        return ("stuck", found["since"]) if found["state"] == "stuck" else ("running", None)
+    """(kind, since) of one execution row, as the strip draws it."""
+    word, since = _open_condition(row["start"], row["open"], newest, row["origin"] != "manual",
+                                  found)
+    if word is not None:
+        return word, (since if word != "running" else None)
     if row["exit_code"] is None:
         return "unknown", None
     return ("ok" if row["exit_code"] == 0 else "failed"), None

@@ -48,7 +48,9 @@ def health():
     # Registered before /<int:cron_id>; read-only: one read transaction, no write lock.
     from qlshadow.watch import health as cron_health
     settings = current_app.extensions["qlshadow"]
-    healths = cron_health.read_all(shadow="scheduled_system" in settings.shadow_origins)
+    from qlshadow.host.crond import kind_for
+    healths = cron_health.read_all(shadow="scheduled_system" in settings.shadow_origins,
+                                   daemon=kind_for(settings))
     return ok([cron_health.public(h) for h in healths])
 
 

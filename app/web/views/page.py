@@ -443,6 +443,12 @@ def _shadow() -> bool:
     return current_app.extensions["qlshadow"].shadow_on
 
 
+def _daemon() -> str | None:
+    """The cron daemon whose firings the page judges (host/crond.py)."""
+    from qlshadow.host.crond import kind_for
+    return kind_for(current_app.extensions["qlshadow"])
+
+
 def root():
     """`/`: a browser goes to the page (which asks for sign-in first); anything else gets
     the JSON answer every unknown path gets."""
@@ -463,7 +469,7 @@ def crons_page():
     from qlshadow.web import overview
     size = _arg_int("size", 50, 1, PAGE_SIZES[-1])
     page = _arg_int("page", 1, 1, 10**9)
-    data = overview.cron_rows(page, size, int(time.time()), _shadow())
+    data = overview.cron_rows(page, size, int(time.time()), _shadow(), _daemon())
     pages = max(1, -(-data["total"] // size))
     return _render("crons.html", rows=data["rows"], total=data["total"], page=page,
                    pages=pages, size=size, strip=overview.STRIP)
@@ -485,7 +491,7 @@ def cron_page(cron_id: int):
         return _render("missing.html", 404,
                        what=_("Cron {id} does not exist.").format(id=cron_id))
     now, shadow = int(time.time()), _shadow()
-    found, summary = overview.cron_detail(cron, now, shadow)
+    found, summary = overview.cron_detail(cron, now, shadow, _daemon())
     if not _reads_runs():
         return _render("cron.html", cron=cron, summary=summary, reads_runs=False)
     before = _arg_int("before", 0, 1, INT64_MAX) or None
@@ -512,12 +518,19 @@ def run_page(run_id: str):
         return _render("missing.html", 404,
                        what=_("Run {id} does not exist.").format(id=run_id[:40]))
     cron = _cron_row(run["cron_id"])
+    from qlshadow.watch import health
+    # The word every surface gives an open Run: running, stuck or finish lost.
+    now = int(time.time())
+    found = health.run_conditions([run], now, _shadow(), _daemon())
+    health.with_conditions([run], now, _shadow(), found=found)
+    condition_since = found[run["id"]][1] if run["id"] in found else None
     log = overview.log_tail(current_app.extensions["qlshadow"].log_dir,
                             run["attempt"]["log_path"])
     started = run["attempt"]["started_at"]
     duration = (run["finished_at"] - started if run["finished_at"] is not None
                 and started is not None and run["finished_at"] >= started else None)
-    return _render("run.html", run=run, cron=cron, log=log, duration=duration)
+    return _render("run.html", run=run, cron=cron, log=log, duration=duration,
+                   condition_since=condition_since)
 
 
 @bp.route("/gate", methods=["GET"])
@@ -531,7 +544,7 @@ def gate_page():
     except ImportError:
         return _render("gate.html", gate=None)
     now = int(time.time())
-    data = reconcile(now - GATE_DAYS * 86400, now, now=now)
+    data = reconcile(now - GATE_DAYS * 86400, now, now=now, daemon=_daemon())
     failing = [c for c in data.get("crons", []) if c.get("verdict") != "pass"]
     passing = [c for c in data.get("crons", []) if c.get("verdict") == "pass"]
     return _render("gate.html", gate=data, crons=failing + passing, days=GATE_DAYS)

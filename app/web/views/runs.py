@@ -23,8 +23,20 @@ def listing():
     before = request.args.get("before") or None
     if before is not None and not reader.UUID_TEXT.fullmatch(before):
         raise InvalidInput("'before' must be a run id (lowercase UUID).")
-    return ok(reader.list_runs(query_int("cron_id", None, 1, INT64_MAX), state,
-                               query_int("limit", 50, 1, 500), before))
+    return ok(_with_conditions(reader.list_runs(query_int("cron_id", None, 1, INT64_MAX), state,
+                                                query_int("limit", 50, 1, 500), before)))
+
+
+def _with_conditions(runs: list) -> list:
+    """Each Run with its derived "condition" (running, stuck, finish_lost or exited), the
+    word every surface gives it (watch/health.py); its stored state stays as it is."""
+    import time
+
+    from qlshadow.host.crond import kind_for
+    from qlshadow.watch.health import with_conditions
+    settings = current_app.extensions["qlshadow"]
+    return with_conditions(runs, int(time.time()), settings.shadow_on,
+                           kind_for(settings))
 
 
 @bp.route("/failures", methods=["GET"])
@@ -38,7 +50,7 @@ def failures():
 @bp.route("/<run_id>", methods=["GET"])
 @requires_scope("runs")
 def show(run_id: str):
-    return ok(_run(run_id))
+    return ok(_with_conditions([_run(run_id)])[0])
 
 
 def _run(run_id: str) -> dict:
