@@ -30,6 +30,7 @@ from peewee import JOIN, SQL, fn
 
 from qlshadow.storage import db
 from qlshadow.core import events
+from qlshadow.watch import outage
 from qlshadow.i18n import N_, _
 from qlshadow.storage.models import (INSTANCE_RUNNING, AlertDelivery, AlertEvent, Cron,
                                      RunningInstance)
@@ -58,19 +59,30 @@ _BEFORE = {"failed": N_("It was failed before."), "missed": N_("It was missed be
            "stuck": N_("It was stuck before.")}
 
 
-def tick(settings, channels: list, now: int | None = None, send=None) -> dict:
-    """One tick (see the module's docstring); returns what it did, by count."""
+def tick(settings, channels: list, now: int | None = None, send=None,
+         answered: bool | None = None, why: str = "") -> dict:
+    """One tick (see the module's docstring); returns what it did, by count.
+
+    answered: whether the tick line reached the service (outage.py): False opens an
+    outage (why says what the line saw), True closes it, None (a tick run by hand) leaves
+    it as it is.
+    """
     done = {"found": 0, "queued": 0, "sent": 0, "retrying": 0, "given_up": 0}
     if not channels:
         return done
     if send is None:
         from qlshadow.watch.notify import send
     now = int(time.time()) if now is None else now
+    outage.note(settings.base_url, answered, why, now)
     done["found"] = find_changes(settings, now)
+    outage.fold(now)  # an outage's misses go out as its one message, not one by one
     done["queued"] = queue_events(channels, now)
     for outcome in deliver(settings, channels, now, send):
         done[outcome] += 1
+    for outcome in outage.deliver(settings, channels, now, send):
+        done[outcome] += 1
     prune(settings, now)
+    outage.prune(settings, now)
     return done
 
 
@@ -300,7 +312,8 @@ def notify_log(limit: int = 50) -> list:
     at, cron_id, name, state, channel, outcome, attempts, last_error, updated_at.
 
     outcome: sent, pending (tried again later), given_up; for an event with no delivery:
-    new (no tick has queued it: no channel configured) or too_old (not sent).
+    new (no tick has queued it: no channel configured), too_old (not sent) or outage
+    (told by a service outage's message, outage.py).
     """
     rows = (AlertEvent
             .select(AlertEvent.id, AlertEvent.at, AlertEvent.cron, Cron.name, AlertEvent.state,
@@ -315,7 +328,7 @@ def notify_log(limit: int = 50) -> list:
     for (_event, at, cron_id, name, state, status, channel, outcome, attempts, error,
          updated) in rows:
         if channel is None:
-            outcome = "too_old" if status == 2 else "new"
+            outcome = {2: "too_old", outage.FOLDED: "outage"}.get(status, "new")
         out.append({"at": at, "cron_id": cron_id, "name": name, "state": state,
                     "channel": channel, "outcome": outcome, "attempts": attempts or 0,
                     "last_error": error, "updated_at": updated})
