@@ -181,10 +181,13 @@ ql_post() {
   if command -v curl >/dev/null 2>&1; then
     # The status code follows a marker: on a failed connection curl prints its error on
     # stderr and 000 as the code, and neither belongs in the note as such.
-    ql_out=$(printf 'header = "Authorization: Bearer %s"\n' "$ql_token" |
-      curl -sS -K - -o /dev/null -w 'ql-http-code:%{http_code}' --connect-timeout "$ql_wait" \
+    # A here-document, not `printf |`: one fork fewer per request.
+    ql_out=$(curl -sS -K - -o /dev/null -w 'ql-http-code:%{http_code}' --connect-timeout "$ql_wait" \
         --max-time "$ql_wait" -X PUT -H 'Content-Type: application/json' --data-binary "$1" \
-        "$ql_url" 2>&1)
+        "$ql_url" 2>&1 <<ql_header
+header = "Authorization: Bearer $ql_token"
+ql_header
+)
     ql_code=${ql_out##*ql-http-code:}
     ql_out=${ql_out%ql-http-code:*}
     case $ql_code in

@@ -73,16 +73,18 @@ def tick(settings, channels: list, now: int | None = None, send=None,
     if send is None:
         from qlshadow.watch.notify import send
     now = int(time.time()) if now is None else now
-    outage.note(settings.base_url, answered, why, now)
+    outages = outage.note(settings.base_url, answered, why, now)
     done["found"] = find_changes(settings, now)
-    outage.fold(now)  # an outage's misses go out as its one message, not one by one
+    if outages:
+        outage.fold(now)  # an outage's misses go out as its one message, not one by one
     done["queued"] = queue_events(channels, now)
     for outcome in deliver(settings, channels, now, send):
         done[outcome] += 1
-    for outcome in outage.deliver(settings, channels, now, send):
-        done[outcome] += 1
+    if outages:
+        for outcome in outage.deliver(settings, channels, now, send):
+            done[outcome] += 1
+        outage.prune(settings, now)
     prune(settings, now)
-    outage.prune(settings, now)
     return done
 
 

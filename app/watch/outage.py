@@ -28,25 +28,24 @@ KEEP_DAYS = 30  # closed outages kept when QL_RETENTION_DAYS is 0 (off)
 MAX_NAMED = 50  # crons named in the "answering again" message; the rest are counted
 
 
-def note(url: str, answered: bool | None, why: str, now: int) -> str | None:
+def note(url: str, answered: bool | None, why: str, now: int) -> bool:
     """Open an outage (answered False) or close the open one (True); None leaves it.
-    Returns "opened" or "closed" when this call did it, else None."""
-    if answered is None:
-        return None
+    Returns whether any outage is stored, open or not: with none (as on most boxes) the
+    tick skips the rest of this module, one read in all."""
     with db.connected():
-        is_open = ServiceOutage.select(ServiceOutage.id).where(ServiceOutage.is_open == 1)
-        if is_open.exists() == (not answered):
-            return None  # already open (or nothing to close): the idle case writes nothing
+        stored = [row[0] for row in ServiceOutage.select(ServiceOutage.is_open).tuples()]
+        if answered is None or (1 in stored) == (not answered):
+            return bool(stored)  # already open, or nothing to close: nothing is written
         try:
             with db.write_transaction():
                 if answered:
-                    won = (ServiceOutage.update(is_open=None, ended_at=now)
-                           .where(ServiceOutage.is_open == 1).execute())
-                    return "closed" if won else None
-                ServiceOutage.insert(is_open=1, url=url, reason=why[:500], since=now).execute()
-                return "opened"
+                    (ServiceOutage.update(is_open=None, ended_at=now)
+                     .where(ServiceOutage.is_open == 1).execute())
+                else:
+                    ServiceOutage.insert(is_open=1, url=url, reason=why[:500], since=now).execute()
         except IntegrityError:
-            return None  # another tick opened it first
+            pass  # another tick opened it first
+    return True
 
 
 def fold(now: int) -> int:
