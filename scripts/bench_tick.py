@@ -11,6 +11,11 @@
             starts (which opens the outage)
   none      no channel configured: the block's tick line is a comment (no process at all)
 
+--arch armhf (or mipsel): the server and the Python tick run under qemu-user
+(scripts/prepare_32bit.py's userland); the line stays native (without binfmt_misc an
+emulated BusyBox cannot start its own applets), so only the service's part and the Python
+tick are the emulated figures; the fallback is not measured there.
+
 --crons crons with varied schedules and --history finished instances each, on SQLite, the
 channel a loopback port that refuses (an idle tick sends nothing; what the warm-up ticks
 found is marked sent). Prints a JSON document; figures are medians, the ratio in one run.
@@ -50,7 +55,9 @@ def process_cpu_ms(pid: int) -> float:
 def children_cpu_ms(argv: list, env: dict | None = None) -> float:
     """CPU (user + system) of argv and every descendant it waited for, in ms."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    subprocess.run(argv, env=env, check=True, timeout=120, capture_output=True)
+    done = subprocess.run(argv, env=env, timeout=120, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)} exited {done.returncode}: {done.stderr}")
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return 1000 * (after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
 
@@ -58,6 +65,27 @@ def children_cpu_ms(argv: list, env: dict | None = None) -> float:
 def line_argv(shell: str, data: str) -> list:
     """The crontab line as crond runs it: `sh -c LINE`."""
     return [*shlex_split(shell), "-c", f"QL_DATA_DIR={data} {TICK}"]
+
+
+class Arch:
+    """Where the server and the Python tick run: natively, or under qemu (prepare_32bit)."""
+
+    def __init__(self, arch: str | None, work: str):
+        self.arch = arch
+        self.prefix: list = []
+        self.env: dict = {}
+        if arch:
+            import prepare_32bit
+            path = os.path.join(work, "path")
+            os.makedirs(path)
+            os.symlink(os.path.join(ROOT, "app"), os.path.join(path, "qlshadow"))
+            os.symlink(os.path.join(ROOT, "shell"), os.path.join(path, "shell"))
+            self.prefix = prepare_32bit.command(arch)
+            self.env = {"PATH": "/usr/bin:/bin", "HOME": work, "LANG": "C.UTF-8",
+                        "PYTHONPATH": f"{path}:{prepare_32bit.site_path()}"}
+
+    def cli(self) -> list:
+        return [*self.prefix, "-m", "qlshadow.cli"] if self.arch else None
 
 
 def line_env(url: str, cli: str) -> dict:
@@ -97,8 +125,16 @@ def bench(args, work: str) -> dict:
     crontab.prepare_runner(served)  # runner.env and the runner's token, as a cron change does
     cli = crontab.cli_command()
     py_env = child_env(work)
-    out: dict = {"crons": args.crons, "history_per_cron": args.history, "shell": args.shell}
-    with Serve(env=env) as server:
+    out: dict = {"crons": args.crons, "history_per_cron": args.history, "shell": args.shell,
+                 "arch": args.arch or "native"}
+    arch = Arch(args.arch, work)
+    serve_argv = None
+    if args.arch:
+        env = {**env, **arch.env}
+        serve_argv = arch.cli() + ["serve"]
+        cli = " ".join(arch.cli())
+        py_env = {**py_env, **arch.env}
+    with Serve(argv=serve_argv, env=env, timeout=300) as server:
         argv, crond_env = line_argv(args.shell, data), line_env(server.url, cli)
         # Warm up: the first ticks find what came due in the seeded history, then settle.
         for _ in range(3):
@@ -124,10 +160,11 @@ def bench(args, work: str) -> dict:
         python = [children_cpu_ms([*shlex_split(cli), "--config", conf, "notify"], py_env)
                   for _ in range(args.ticks)]
         out["python_tick_cpu_ms_median"] = round(statistics.median(python), 1)
-    # The service stopped: the line starts the Python tick, which records the outage.
-    down = dict(py_env, **line_env(f"http://127.0.0.1:{port}", cli))
-    fallback = [children_cpu_ms(line_argv(args.shell, data), down) for _ in range(args.ticks)]
-    out["fallback_cpu_ms_median"] = round(statistics.median(fallback), 1)
+    if not args.arch:
+        # The service stopped: the line starts the Python tick, which records the outage.
+        down = dict(py_env, **line_env(f"http://127.0.0.1:{port}", cli))
+        fallback = [children_cpu_ms(line_argv(args.shell, data), down) for _ in range(args.ticks)]
+        out["fallback_cpu_ms_median"] = round(statistics.median(fallback), 1)
     crontab.write_notify_conf(settings, environ={})
     out["no_channel_line"] = crontab.notify_line(settings)
     out["ratio_line_total_vs_python_tick"] = round(
@@ -150,6 +187,8 @@ def main() -> int:
     parser.add_argument("--shell", default=shutil.which("sh") or "/bin/sh",
                         help="the shell crond runs the line with, as words (default: sh; "
                         "e.g. 'busybox sh')")
+    parser.add_argument("--arch", choices=["armhf", "mipsel"],
+                        help="run the server and the Python tick under qemu (prepare_32bit.py)")
     parser.add_argument("--output", help="also write the JSON here")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="qlshadow-bench-tick-") as work:
