@@ -284,3 +284,36 @@ def test_with_no_channel_the_crontab_line_runs_no_program(make_settings, app):
     crontab.write_notify_conf(settings, environ={})
     line = crontab.notify_line(settings)
     assert line == crontab.NO_CHANNEL and line.startswith("# ")  # crond runs nothing for it
+
+
+def test_a_real_outage_is_told_once_and_its_end_once_through_the_tick_line(
+        live_server, receiver, tmp_path):
+    """tick.sh as crond runs it, against a real server that stops and starts again: the
+    Python tick it starts while the server is gone tells the outage once, and the server's
+    own tick, once asked again, tells its end once."""
+    first = live_server(NTFY_URL=receiver.url, NTFY_TOPIC="ops")
+    from shellenv import cli_for_tests, create_cron
+    create_cron(first, schedule="@once")  # writes runner.env and the runner's token
+    data = first.env["QL_DATA_DIR"]
+    crond_env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "SHELL": "/bin/sh",
+                 "QL_CLI": cli_for_tests(), "HOME": str(tmp_path)}
+
+    def line(url: str) -> None:
+        env = dict(crond_env, QL_BASE_URL=url)
+        done = subprocess.run([which("dash"), "-c", f"QL_DATA_DIR={data} {TICK}"], env=env,
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+
+    gone = first.url
+    first.stop()
+    line(gone)
+    line(gone)
+    assert titles(receiver) == [DOWN]
+    assert f"not answering at {gone} since " in receiver.requests[0]["body"].decode()
+
+    second = live_server(NTFY_URL=receiver.url, NTFY_TOPIC="ops")
+    line(second.url)
+    assert wait_for(lambda: len(receiver.requests) == 2, timeout=30)
+    line(second.url)
+    time.sleep(1)  # a second message would come now: none must
+    assert titles(receiver) == [DOWN, UP]
