@@ -1,6 +1,7 @@
-"""The `qlshadow notify` tick: crond runs it every minute (the crontab block's own line).
-
-One tick, in its own process, never inside the service, so sending never delays a callback:
+"""The alert tick, every minute from the crontab block's own line (shell/tick.sh): in the
+running service, in a thread of its own (service_tick.py), or, when the service does not
+answer, as `qlshadow notify` in a process of its own (which reports the outage, outage.py).
+Either way sending never delays a callback:
 
 1. **Find** what the schedule says and no callback can: crons that missed a firing or are
    stuck (health.py), and a missed or stuck cron that is ok again without a finish saying
