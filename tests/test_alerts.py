@@ -308,9 +308,10 @@ def installed(tmp_path, make_settings):
     db.discard_connection()
 
 
-def test_the_block_carries_the_notify_line_and_loses_it_with_the_block(installed):
+def test_the_block_carries_the_tick_line_and_loses_it_with_the_block(installed):
     from qlshadow.core.auth import system_token
     application, settings, target = installed
+    crontab.write_notify_conf(settings, environ={"NTFY_TOPIC": "ops"})
     client = application.test_client()
     with db.database.connection_context(), db.write_transaction():
         token = system_token(settings.token_file)["value"]
@@ -318,19 +319,28 @@ def test_the_block_carries_the_notify_line_and_loses_it_with_the_block(installed
     response = client.post("/open/crons", json={"name": "a", "command": "true",
                                                 "schedule": "*/5 * * * *"}, headers=auth)
     cron_id = response.get_json()["data"]["id"]
-    conf = os.path.join(os.path.abspath(settings.data_dir), crontab.NOTIFY_CONF)
+    data = os.path.realpath(settings.data_dir)
     lines = target.read_text().splitlines()
-    notify_lines = [line for line in lines if line.endswith(" notify")]
-    assert notify_lines == [f"* * * * * {crontab.cli_command()} --config {conf} notify"]
-    assert lines.index(notify_lines[0]) == len(lines) - 2  # last in the block, before END
-    assert os.path.isfile(conf)
+    tick_lines = [line for line in lines if line.endswith("/tick.sh")]
+    assert tick_lines == [f"* * * * * QL_DATA_DIR={data} {crontab.shell_dir()}/tick.sh"]
+    assert lines.index(tick_lines[0]) == len(lines) - 2  # last in the block, before END
 
     assert client.delete("/open/crons", json=[cron_id], headers=auth).status_code == 200
     assert target.read_text() == "0 4 * * * /sbin/reboot\n"
 
 
-def test_in_node_mode_the_notify_line_is_a_comment(make_settings, app):
+def test_with_no_channel_the_block_runs_nothing_every_minute(installed):
+    application, settings, target = installed
+    crontab.write_notify_conf(settings, environ={"QL_NOTIFY_TIMEOUT": "3"})
+    assert crontab.notify_line(settings) == crontab.NO_CHANNEL
+    with db.database.connection_context():
+        text, active = crontab.render_rows(settings, [])
+    assert [line for line in text.splitlines() if not line.startswith("#")] == []
+
+
+def test_in_node_mode_the_tick_line_is_a_comment(make_settings, app):
     settings = make_settings(QL_SCHEDULER="node")
+    crontab.write_notify_conf(settings, environ={"NTFY_TOPIC": "ops"})
     assert crontab.notify_line(settings).startswith("# * * * * * ")
 
 

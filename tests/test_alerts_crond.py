@@ -1,5 +1,6 @@
-"""Real BusyBox crond runs the block's notify line: a failing cron's message reaches a real
-loopback receiver once, with crond as the only clock (waits up to about three minutes)."""
+"""Real BusyBox crond runs the block's tick line (shell/tick.sh, which asks the service): a
+failing cron's message reaches a real loopback receiver once, with crond as the only clock
+(waits up to about three minutes)."""
 from __future__ import annotations
 
 import signal
@@ -14,7 +15,7 @@ from test_notify_channels import Receiver
 pytestmark = pytest.mark.slow
 
 
-def test_crond_runs_the_notify_line_and_a_failure_is_told_once(tmp_path_factory):
+def test_crond_runs_the_tick_line_and_a_failure_is_told_once(tmp_path_factory):
     bb = busybox_static()
     spool = str(tmp_path_factory.mktemp("spool"))
     receiver = Receiver()
@@ -29,7 +30,7 @@ def test_crond_runs_the_notify_line_and_a_failure_is_told_once(tmp_path_factory)
                     schedule="* * * * *")
         listed = subprocess.run([bb, "crontab", "-c", spool, "-l"], capture_output=True,
                                 text=True).stdout
-        assert listed.splitlines()[-2].endswith(" notify")
+        assert listed.splitlines()[-2].endswith("/tick.sh")
         crond = subprocess.Popen([bb, "crond", "-f", "-c", spool, "-L", log, "-l", "5"],
                                  env={"PATH": SYSTEM_PATH, "SHELL": "/bin/sh"},
                                  stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,

@@ -201,9 +201,9 @@ def test_an_upgrade_takes_over_the_whole_crontab_an_earlier_version_installed(
     settings = use(app, make_settings, busybox_target, QL_CRONTAB_INSTALL="", QL_CRONTAB_LIST="")
     cron = post(client, auth)
     with db.database.connection_context():
-        # What the earlier version installed whole: it had no notify line.
+        # What the earlier version installed whole: it had no tick line.
         old = b"".join(text for text in crontab.render(settings).encode().splitlines(True)
-                       if not text.rstrip().endswith(b" notify"))
+                       if text.rstrip() != crontab.NO_CHANNEL.encode())
     added = b"0 4 * * * /sbin/reboot\n"
     busybox_target.put(old + added, tmp_path)
     settings = use(app, make_settings, busybox_target)

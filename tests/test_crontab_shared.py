@@ -116,6 +116,8 @@ def linked(busybox_target, database_url, lock_files, tmp_path):  # noqa: F811
 def test_a_change_through_a_symlinked_data_dir_replaces_the_one_block_named_by_the_real_path(
         busybox_target, linked):  # noqa: F811
     real, link = linked
+    os.makedirs(real.path, exist_ok=True)
+    crontab.write_notify_conf(real.settings(), environ={"NTFY_TOPIC": "ops"})
     real.cli("cron", "add", "*/5 * * * *", "echo first")
     link.cli("cron", "add", "*/10 * * * *", "echo second")
     installed = busybox_target.get().decode()
@@ -127,7 +129,7 @@ def test_a_change_through_a_symlinked_data_dir_replaces_the_one_block_named_by_t
             and "/srv/other" not in line and "look-alike" not in line]
     assert len(ours) == 2
     assert all(f" QL_DATA_DIR={real_path} " in line for line in ours)
-    assert f"--config {real_path}/notify.conf notify" in installed
+    assert f"* * * * * QL_DATA_DIR={real_path} {crontab.shell_dir()}/tick.sh\n" in installed
     assert busybox_target.get() == USER_CRONTAB + link.block() == USER_CRONTAB + real.block()
 
 

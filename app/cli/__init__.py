@@ -796,8 +796,10 @@ def _notify_tick(args, channels: list) -> int:
     settings = _settings(args)
     _use_language(settings.lang)
     database, _ = db.open_database(settings, create=False)
+    # tick.sh says whether the service answered its request (watch/outage.py).
+    answered = False if args.unanswered is not None else (True if args.answered else None)
     with database.connection_context():
-        done = tick(settings, channels)
+        done = tick(settings, channels, answered=answered, why=args.unanswered or "")
     if args.verbose:
         print(" ".join(f"{key}={value}" for key, value in done.items()))
     return 0
@@ -1168,6 +1170,13 @@ def build_parser() -> argparse.ArgumentParser:
                    "every channel took it, 1 otherwise")
     p.add_argument("-v", "--verbose", action="store_true",
                    help="print what the tick did (found, queued, sent, retrying, given_up)")
+    answer = p.add_mutually_exclusive_group()
+    answer.add_argument("--unanswered", metavar="WHY",
+                        help="the crontab's tick line did not reach the service (WHY: what it "
+                        "saw): open an outage, told once (docs/ALERTS.md)")
+    answer.add_argument("--answered", action="store_true",
+                        help="the tick line reached the service, which did not tick: close "
+                        "an open outage")
     p.set_defaults(func=cmd_notify)
 
     p = sub.add_parser("status", help="the health of every cron (ok, failed, late, missed, "

@@ -227,16 +227,41 @@ HEADER_SYSTEM = ("# qlshadow crontab (system mode): generated from the database;
 HEADER_NODE = "# qlshadow crontab (node mode): every line is a comment, nothing is installed"
 
 
-NOTIFY_UNAVAILABLE = ("# qlshadow notify: the path of the qlshadow command or of the data dir "
-                      "cannot sit on a crontab line; run `qlshadow notify` every minute yourself")
+NOTIFY_UNAVAILABLE = ("# qlshadow notify: the path of tick.sh or of the data dir cannot sit on a "
+                      "crontab line; run `qlshadow notify` every minute yourself")
+NO_CHANNEL = ("# qlshadow tick: no notification channel is configured, so nothing runs every "
+              "minute; set one and restart the service (docs/ALERTS.md)")
+# Notification variables that configure no channel by themselves.
+_NOT_CHANNELS = frozenset({"QL_NOTIFY_TIMEOUT", "QL_NOTIFY_FILE", "SKIP_PUSH_TITLE"})
+
+
+def channels_configured(settings) -> bool:
+    """True when notify.conf (what the server wrote) or the QL_NOTIFY_FILE it names sets a
+    channel's variable. Unreadable settings count as set: the tick then says what is wrong."""
+    from qlshadow.config import notify_sources
+    conf = os.path.join(real_data_dir(settings), NOTIFY_CONF)
+    if not os.path.isfile(conf):
+        return False
+    try:
+        values = notify_sources(environ={}, config_file=conf).values
+    except (OSError, ValueError):
+        return True
+    return any(value.strip() for key, value in values.items() if key not in _NOT_CHANNELS)
 
 
 def notify_line(settings) -> str:
-    """The block's own line: `qlshadow notify` every minute with the server's settings
-    (alerts.py), so crond is the only clock. A comment in node mode, like every line."""
-    conf = os.path.join(real_data_dir(settings), NOTIFY_CONF)
-    command = f"{cli_command()} --config {shlex.quote(conf)} notify"
-    if needs_escape(command) or len(command.encode("utf-8")) > MAX_COMMAND_BYTES:
+    """The block's own line: shell/tick.sh every minute, which asks the running service to
+    tick and starts `qlshadow notify` only when it does not answer (alerts.py, outage.py),
+    so crond is the only clock. With no channel configured a comment (nothing runs); in
+    node mode a comment, like every line."""
+    if not channels_configured(settings):
+        return NO_CHANNEL
+    data = real_data_dir(settings)
+    script = os.path.join(shell_dir(), "tick.sh")
+    if needs_escape(data) or needs_escape(script) or any(c.isspace() for c in script):
+        return NOTIFY_UNAVAILABLE
+    command = f"QL_DATA_DIR={shlex.quote(data)} {script}"
+    if len(command.encode("utf-8")) > MAX_COMMAND_BYTES:
         return NOTIFY_UNAVAILABLE
     text = f"* * * * * {command}"
     return text if settings.scheduler == "system" else "# " + text

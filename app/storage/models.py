@@ -267,7 +267,8 @@ class AlertEvent(BaseModel):
     exit_code = IntegerField(null=True)
     log_path = TextField(null=True)  # the execution's log, as its callback sent it
     reason = TextField(null=True)  # the health reason, for states the tick found
-    status = SmallIntegerField(default=0)  # 0 new, 1 queued for the channels, 2 too old to send
+    status = SmallIntegerField(default=0)  # 0 new, 1 queued for the channels, 2 too old to send,
+    # 3 held back by the alert tuning, 4 folded into a service outage's message (watch/outage.py)
 
     class Meta:
         table_name = "alert_events"
@@ -326,5 +327,32 @@ class ClockStep(BaseModel):
         table_name = "clock_steps"
 
 
+class ServiceOutage(BaseModel):
+    """A time the crontab's tick found the service not answering (watch/outage.py): one
+    row per outage, with its two messages ("not answering", "answering again").
+
+    `is_open` is 1 while it lasts and null after: its unique index lets one outage be open
+    at a time, so two ticks open it once, and closing it is a compare-and-set on it."""
+    id = AutoField()
+    is_open = SmallIntegerField(null=True, unique=True)
+    url = TextField()
+    reason = TextField()
+    since = BigIntegerField()
+    ended_at = BigIntegerField(null=True)
+    # Per message: 0 to send, 1 done (sent, or given up); the channels that took it (a
+    # comma list), the attempts, and until when a tick sending it holds it.
+    down_state = SmallIntegerField(default=0)
+    down_done = TextField(default="")
+    down_attempts = SmallIntegerField(default=0)
+    down_claim = BigIntegerField(default=0)
+    up_state = SmallIntegerField(default=0)
+    up_done = TextField(default="")
+    up_attempts = SmallIntegerField(default=0)
+    up_claim = BigIntegerField(default=0)
+
+    class Meta:
+        table_name = "service_outages"
+
+
 ALL_MODELS = (Cron, RunningInstance, App, Token, ShadowRun, ShadowFailure, AlertEvent,
-              AlertDelivery, HostBoot, ClockStep)
+              AlertDelivery, HostBoot, ClockStep, ServiceOutage)

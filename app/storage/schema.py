@@ -27,7 +27,7 @@ from peewee import (BigIntegerField, CompositeKey, Database, DatabaseError, Inte
 from qlshadow.errors import Unavailable
 from qlshadow.storage.models import (ALL_MODELS, AlertDelivery, AlertEvent, App, BaseModel,
                                      ClockStep, Cron, HostBoot, RunningInstance, ShadowFailure,
-                                     ShadowRun, Token, database)
+                                     ServiceOutage, ShadowRun, Token, database)
 from qlshadow.storage.peewee_compat import create_indexes, create_table, set_without_rowid
 
 log = logging.getLogger("qlshadow")
@@ -344,6 +344,11 @@ def _step_alert_tuning(db: Database) -> None:
         add_column(db, Cron, name)
 
 
+def _step_service_outage(db: Database) -> None:
+    """Version 7: the service outages the tick found (watch/outage.py)."""
+    add_table(db, ServiceOutage)
+
+
 # (what the step does, in words that follow "cannot" in an error; the step). Step n brings
 # version n - 1 to version n and returns a line to log once it is committed, or None.
 # Append only: never reorder or edit a step that has shipped. Step 1 builds tables from
@@ -356,6 +361,7 @@ STEPS = (
     ("add the alert tables", _step_alerts),
     ("add the host boot and clock step tables", _step_host_clock),
     ("add the crons' alert tuning columns", _step_alert_tuning),
+    ("add the service outage record", _step_service_outage),
 )
 LATEST = len(STEPS)
 

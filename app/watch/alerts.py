@@ -1,6 +1,7 @@
-"""The `qlshadow notify` tick: crond runs it every minute (the crontab block's own line).
-
-One tick, in its own process, never inside the service, so sending never delays a callback:
+"""The alert tick, every minute from the crontab block's own line (shell/tick.sh): in the
+running service, in a thread of its own (service_tick.py), or, when the service does not
+answer, as `qlshadow notify` in a process of its own (which reports the outage, outage.py).
+Either way sending never delays a callback:
 
 1. **Find** what the schedule says and no callback can: crons that missed a firing or are
    stuck (health.py), and a missed or stuck cron that is ok again without a finish saying
@@ -30,6 +31,7 @@ from peewee import JOIN, SQL, Case, fn
 
 from qlshadow.storage import db
 from qlshadow.core import events
+from qlshadow.watch import outage
 from qlshadow.i18n import N_, _
 from qlshadow.storage.models import (INSTANCE_RUNNING, AlertDelivery, AlertEvent, Cron,
                                      RunningInstance)
@@ -59,18 +61,29 @@ _BEFORE = {"failed": N_("It was failed before."), "missed": N_("It was missed be
            "stuck": N_("It was stuck before.")}
 
 
-def tick(settings, channels: list, now: int | None = None, send=None) -> dict:
-    """One tick (see the module's docstring); returns what it did, by count."""
+def tick(settings, channels: list, now: int | None = None, send=None,
+         answered: bool | None = None, why: str = "") -> dict:
+    """One tick (see the module's docstring); returns what it did, by count.
+
+    answered: whether the tick line reached the service (outage.py): False opens an
+    outage (why says what the line saw), True closes it, None (a tick run by hand) leaves
+    it as it is.
+    """
     done = {"found": 0, "queued": 0, "sent": 0, "retrying": 0, "given_up": 0}
     if not channels:
         return done
     if send is None:
         from qlshadow.watch.notify import send
     now = int(time.time()) if now is None else now
+    outages = outage.note(settings.base_url, answered, why, now)
     done["found"] = find_changes(settings, now)
     done["queued"] = queue_events(channels, now)
     for outcome in deliver(settings, channels, now, send):
         done[outcome] += 1
+    if outages:
+        for outcome in outage.deliver(settings, channels, now, send):
+            done[outcome] += 1
+        outage.prune(settings, now)
     prune(settings, now)
     return done
 
@@ -171,12 +184,20 @@ def queue_events(channels: list, now: int) -> int:
     problem is still there), else held back; a `failed` event waits for the cron's
     `alert_after`-th failure in a row; a recovery is held back when the problem before it was.
     """
+    def new_events() -> list:
+        return list(AlertEvent.select(AlertEvent.id, AlertEvent.cron, AlertEvent.at,
+                                      AlertEvent.state).where(_NEW)
+                    .order_by(AlertEvent.id).limit(1000).tuples())
     with db.connected():
-        new = list(AlertEvent.select(AlertEvent.id, AlertEvent.cron, AlertEvent.at,
-                                     AlertEvent.state).where(_NEW)
-                   .order_by(AlertEvent.id).limit(1000).tuples())
+        new = new_events()
         if not new:
             return 0
+        # An outage's misses go out as its one message, not one by one, whichever sender
+        # queues them (the tick or the service's own).
+        if outage.fold(now):
+            new = new_events()
+            if not new:
+                return 0
         latest = {cron_id: event_id for event_id, cron_id, _at, _state in new}
         tuning = _tuning(latest)
         decided = {}  # event id -> status given in this pass; a held event gets none
@@ -389,7 +410,8 @@ def notify_log(limit: int = 50) -> list:
 
     outcome: sent, pending (tried again later), given_up; for an event with no delivery:
     new (no tick has queued it: no channel configured, or the alert tuning holds it),
-    too_old (not sent) or held_back (the tuning held it and the problem ended: not sent).
+    too_old (not sent), held_back (the tuning held it and the problem ended: not sent) or
+    outage (told by a service outage's message, outage.py).
     """
     rows = (AlertEvent
             .select(AlertEvent.id, AlertEvent.at, AlertEvent.cron, Cron.name, AlertEvent.state,
@@ -404,7 +426,8 @@ def notify_log(limit: int = 50) -> list:
     for (_event, at, cron_id, name, state, status, channel, outcome, attempts, error,
          updated) in rows:
         if channel is None:
-            outcome = {TOO_OLD: "too_old", HELD_BACK: "held_back"}.get(status, "new")
+            outcome = {TOO_OLD: "too_old", HELD_BACK: "held_back",
+                       outage.FOLDED: "outage"}.get(status, "new")
         out.append({"at": at, "cron_id": cron_id, "name": name, "state": state,
                     "channel": channel, "outcome": outcome, "attempts": attempts or 0,
                     "last_error": error, "updated_at": updated,

@@ -19,7 +19,9 @@ delivery in the database. A service killed while sending leaves its claim to lap
 next tick after the lease sends it (alerts.CLAIM_MARGIN).
 
 Any part of the service can wake it: `wake(app)` (a no-op for an app without a sender,
-such as the test client's), or `of(app).wake(reason)`.
+such as the test client's), or `of(app).wake(reason)`. The tick line's request
+(service_tick.py) wakes it with TICK: that pass runs the whole minute's tick, so the
+service sends from one thread at a time.
 """
 from __future__ import annotations
 
@@ -32,6 +34,7 @@ log = logging.getLogger("qlshadow")
 
 KEY = "qlshadow.watch.sender"  # where install() keeps it: app.extensions[KEY]
 QUEUE_MAX = 16  # wake-ups waiting while a pass runs; more drop the oldest
+TICK = "tick"  # the reason of the tick line's wake-up: that pass runs the whole tick
 
 
 class Sender:
@@ -101,13 +104,14 @@ class Sender:
                     if not self._wakes:
                         self._thread = None
                         return
+                    tick = any(reason == TICK for _at, reason in self._wakes)
                     self._wakes.clear()  # one pass serves every wake-up so far
                     dropped, self._unlogged = self._unlogged, 0
                 if dropped:
                     log.warning("alert sender: %d wake-up(s) dropped (the oldest) while it was "
                                 "busy; their alerts are sent by this pass", dropped)
                 try:
-                    self._pass()
+                    self._tick() if tick else self._pass()
                 except Exception as exc:  # noqa: BLE001 - the database's or a bug: the tick sends it
                     log.warning("alert sender: %s; the next tick sends what is due",
                                 str(exc).strip().splitlines()[0] if str(exc).strip()
@@ -137,6 +141,18 @@ class Sender:
                     done = sum(1 for _ in alerts.deliver(self.settings, channels, now, send))
                     if done < alerts.SENDS_PER_TICK:
                         return
+        finally:
+            models.bind_thread(before)
+
+    def _tick(self) -> None:
+        """The minute's tick the crontab's tick line asked for (service_tick.py): the whole
+        of alerts.tick, in this thread, so the service has one sender at a time."""
+        from qlshadow.storage import db
+        from qlshadow.watch.service_tick import tick_once
+        models = db.database
+        before = models.bind_thread(self.database)
+        try:
+            tick_once(self.settings, self.database)
         finally:
             models.bind_thread(before)
 

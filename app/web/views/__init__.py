@@ -13,7 +13,7 @@ from qlshadow.core.auth import ensure_system_app
 from qlshadow.core.runtime import KEY as RUNTIME_KEY
 from qlshadow.core.runtime import Runtime
 from qlshadow.web.views import (auth, callback, crons, errors, health, metrics, notifications, page,
-                                reconcile, runs)
+                                reconcile, runs, tick)
 from qlshadow.web.views.common import PathId
 from qlshadow.web.views.errors import ApiError
 
@@ -67,7 +67,7 @@ def init_app(app) -> None:
     app.url_map.merge_slashes = False
     # Every `<int:...>` in a path: ASCII digits only, as the one integer rule reads ids.
     app.url_map.converters["int"] = PathId
-    for module in (crons, runs, auth, health, reconcile, metrics, notifications, page):
+    for module in (crons, runs, auth, health, reconcile, metrics, notifications, page, tick):
         app.register_blueprint(module.bp)
     app.before_request(_guard)
     callback.init_app(app)
