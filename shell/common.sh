@@ -172,9 +172,12 @@ ql_timed() {
 # request from the shell's builtin printf. Only a box with neither curl nor nc sends it
 # through wget's --header (in argv); it is the runner's token, which can post status
 # callbacks and nothing else.
+#
+# ql_post JSON PATH: the same to another path of the service (the claim of a `one` cron);
+# ql_code is then the HTTP status when one was read (curl and nc; wget tells none).
 ql_post() {
-  ql_url=${ql_base_url:-http://127.0.0.1:5600}/open/crons/status
-  ql_post_error=
+  ql_url=${ql_base_url:-http://127.0.0.1:5600}${2:-/open/crons/status}
+  ql_post_error= ql_code=
   ql_wait=${ql_timeout:-5}
   case $ql_wait in '' | 0 | *[!0123456789]*) ql_wait=5 ;; esac
   if command -v curl >/dev/null 2>&1; then
@@ -251,7 +254,8 @@ ql_post_nc() {
     'HTTP/1.'?' 200 '*) return 0 ;;
     'HTTP/1.'?' '[0123456789][0123456789][0123456789]*)
       ql_code=${ql_out#HTTP/1.? }
-      ql_post_error="HTTP ${ql_code%%[!0123456789]*} from $ql_url" ;;
+      ql_code=${ql_code%%[!0123456789]*}
+      ql_post_error="HTTP $ql_code from $ql_url" ;;
     '') ql_post_error="nc exited $ql_rc (no answer from $ql_url within $ql_wait s)" ;;
     *) ql_post_error=${ql_out%"$ql_cr"} ;;
   esac

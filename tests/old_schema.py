@@ -47,8 +47,10 @@ def request_keyed_database(db_url: str):
 
 # Indexes and columns that versioned steps added: the release before versions had neither.
 ADDED_BY_STEPS: tuple = ()
-COLUMNS_ADDED_BY_STEPS = (("crons", "grace"), ("crons", "alert_state"))
-TABLES_ADDED_BY_STEPS = ("alert_events", "alert_deliveries", "host_boots", "clock_steps")
+COLUMNS_ADDED_BY_STEPS = (("crons", "grace"), ("crons", "alert_state"), ("crons", "hosts"),
+                          ("crons", "hosts_mode"), ("running_instances", "host_id"))
+TABLES_ADDED_BY_STEPS = ("alert_events", "alert_deliveries", "host_boots", "clock_steps",
+                         "hosts", "claims")
 
 
 def old_select(model):

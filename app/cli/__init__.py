@@ -580,13 +580,20 @@ def _use_language(lang: str) -> None:
 
 
 def _notify_tick(args, channels: list) -> int:
-    if not channels:
+    shared = not config.sqlite_file(config.load(config_file=args.config).db_url)
+    if not channels and not shared:
         return 0  # nothing to send: crond's every-minute tick costs a start-up and no more
     from qlshadow.watch.alerts import tick
     settings = _settings(args)
     _use_language(settings.lang)
     database, _ = db.open_database(settings, create=False)
     with database.connection_context():
+        if shared:  # a fleet on one PostgreSQL: this host is alive, its block up to date
+            from qlshadow.service import fleet
+            try:
+                fleet.tick(settings)
+            except crontab.CrontabError as exc:
+                print(f"qlshadow: crontab block not installed again: {exc}", file=sys.stderr)
         done = tick(settings, channels)
     if args.verbose:
         print(" ".join(f"{key}={value}" for key, value in done.items()))

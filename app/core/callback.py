@@ -28,7 +28,7 @@ def handle(raw: bytes, settings, runtime) -> str:
     now = int(time.time())
     shadow = settings.shadow_on and cb.execution_id is not NOT_GIVEN
     outcome = db.run_write(_write, runtime.pruner, cb, now, shadow, settings.failure_cap,
-                           settings.shadow_savepoint)
+                           settings.shadow_savepoint, runtime.host_id)
     # Committed: /health hears that writes work, and the Shadow outcome is counted (a
     # rolled-back one never is). A database error out of run_write wrote nothing; the web
     # adapter's error answer (views/errors.answer_for) records it.
@@ -38,14 +38,15 @@ def handle(raw: bytes, settings, runtime) -> str:
     return outcome
 
 
-def _write(pruner, cb, now: int, shadow: bool, failure_cap: int, fail_open: bool) -> str:
-    """The body of the callback's one transaction."""
-    crons = apply_status_callback(cb, now)
+def _write(pruner, cb, now: int, shadow: bool, failure_cap: int, fail_open: bool,
+           host_id: int | None = None) -> str:
+    """The body of the callback's one transaction; host_id: this host's (None on SQLite)."""
+    crons = apply_status_callback(cb, now, host_id)
     # Bounded retention shares the callback's transaction, outside Shadow's savepoint.
     pruner.on_write(now)
     if not shadow:
         return "off"
-    return (_observe or _load_writer())(cb, crons, now, failure_cap, fail_open)
+    return (_observe or _load_writer())(cb, crons, now, failure_cap, fail_open, host_id)
 
 
 _observe = None

@@ -115,6 +115,8 @@ def task_env(settings, cron: dict) -> list:
     # nothing.
     pairs += [(name, cron[field]) for name, field in HOOKS
               if cron.get(field) and cron[field].strip()]
+    if cron.get("hosts_mode") == "one":  # task.sh claims the firing first (core/fleet.py)
+        pairs.append(("QL_CLAIM", "1"))
     return pairs
 
 
@@ -249,7 +251,9 @@ def render_rows(settings, rows: list) -> tuple:
     """
     scripts = shell_dir()
     header = HEADER_SYSTEM if settings.scheduler == "system" else HEADER_NODE
-    lines = [line(settings, cron, scripts) for cron in rows]
+    from qlshadow.core.fleet import runs_on
+    # Only the crons that name this host: the others run elsewhere in the fleet.
+    lines = [line(settings, cron, scripts) for cron in rows if runs_on(cron, settings.host_name)]
     active = sum(1 for text in lines if not text.startswith("#"))
     if active + 1 > MAX_LINES_NON_ROOT and os.geteuid() != 0:
         raise CrontabError(f"{active} active crons and the notify line: BusyBox crond reads "
@@ -355,7 +359,8 @@ def notify_conf_text(settings, environ=None) -> str:
              ("QL_DB_TIMEOUT", str(settings.db_timeout)),
              ("QL3_SHADOW_ORIGINS", ",".join(sorted(settings.shadow_origins))),
              ("QL_RETENTION_DAYS", str(settings.retention_days)),
-             ("QL_LANG", settings.lang)]
+             ("QL_LANG", settings.lang),
+             ("QL_HOST_NAME", settings.host_name)]
     for key, value in sorted(notify_settings(environ, settings.config_file, ql_file=False).items()):
         if key in NOTIFY_MULTILINE_KEYS:
             value = value.replace("\r\n", "\n").replace("\n", "\\n")
@@ -414,7 +419,7 @@ RECORD = "crontab-settings.json"
 # the record, or it could read one crontab and install into another.
 INSTALL_KEYS = ("QL_CRONTAB_INSTALL", "QL_CRONTAB_LIST")
 RECORDED_KEYS = ("QL_SCHEDULER", "QL_CRONTAB_FILE", "QL_BASE_URL", "QL_CALLBACK_TIMEOUT",
-                 "QL_SCRIPTS_DIR", "QL_NOTIFY_FILE", "QL_ENV_FILE")
+                 "QL_SCRIPTS_DIR", "QL_NOTIFY_FILE", "QL_ENV_FILE", "QL_HOST_NAME")
 
 
 def _record_values(settings) -> dict:
@@ -427,7 +432,8 @@ def _record_values(settings) -> dict:
             # runner.env's paths for ql-task.sh: a CLI change rewrites runner.env too.
             "QL_SCRIPTS_DIR": _real_or_empty(settings.scripts_dir),
             "QL_NOTIFY_FILE": _real_or_empty(settings.notify_file),
-            "QL_ENV_FILE": _real_or_empty(settings.env_file)}
+            "QL_ENV_FILE": _real_or_empty(settings.env_file),
+            "QL_HOST_NAME": settings.host_name}
 
 
 def _real_or_empty(path: str | None) -> str:

@@ -11,6 +11,7 @@ from qlshadow.errors import InvalidInput, NotFound
 from qlshadow.storage.models import (DEFINITION_FIELDS, REQUIRED_FIELDS, Cron, RunningInstance,
                                      storable)
 from qlshadow.parse import INT64_MAX, parse_ids, to_int
+from qlshadow.core import fleet
 from qlshadow.core.schedule import check_schedule
 
 MAX_TEXT = 4096
@@ -119,6 +120,9 @@ def _grace(value, key: str):
 # leaves the task revision (and every Run's replay check) as it was; and out of the 2.x
 # cron document, which GET /open/crons/health completes with the grace in effect.
 _MONITOR_CHECKS = {"grace": _grace}
+# Where the cron runs (core/fleet.py): also outside the task revision; a change of them
+# changes crontab blocks, so each host named before or after installs its own again.
+_FLEET_CHECKS = {"hosts": fleet.check_hosts, "hosts_mode": fleet.check_mode}
 
 
 def validate(data, partial: bool) -> dict:
@@ -130,6 +134,9 @@ def validate(data, partial: bool) -> dict:
         if key in data or (not partial and key in REQUIRED_FIELDS):
             values[key] = check(data.get(key), key)
     for key, check in _MONITOR_CHECKS.items():
+        if key in data:
+            values[key] = check(data[key], key)
+    for key, check in _FLEET_CHECKS.items():
         if key in data:
             values[key] = check(data[key], key)
     return values
@@ -159,10 +166,13 @@ def create(data, settings=None, cron_id: int | None = None) -> dict:
     """
     values = validate(data, partial=False)
     _fits(settings, values)
+    if "hosts" not in values:  # made on this host: it runs here only
+        values["hosts"] = fleet.check_hosts([settings.host_name] if settings else [fleet.ALL])
     now = int(time.time())
     if cron_id is not None:
         values["id"] = cron_id
     cron_id = Cron.insert(created_at=now, updated_at=now, **values).execute()
+    fleet.want_blocks(None, values)
     return get(cron_id)
 
 
@@ -184,6 +194,7 @@ def update(data, settings=None) -> dict:
         if any(key in DEFINITION_FIELDS for key in values):
             values["updated_at"] = int(time.time())
         Cron.update(**values).where(Cron.id == cron_id).execute()
+        fleet.want_blocks(current, {**current, **values})
     return get(cron_id)
 
 
@@ -197,12 +208,20 @@ def require(ids: list) -> None:
 
 def delete(ids: list) -> int:
     """Delete crons and their instances; unknown ids are skipped (2.x)."""
+    _want_blocks_of(ids)
     RunningInstance.delete().where(RunningInstance.cron.in_(ids)).execute()
     return Cron.delete().where(Cron.id.in_(ids)).execute()
 
 
+def _want_blocks_of(ids: list) -> None:
+    """The hosts these crons run on install their blocks again (core/fleet.py)."""
+    for (hosts,) in Cron.select(Cron.hosts).where(Cron.id.in_(ids)).distinct().tuples():
+        fleet.want_blocks(None, {"hosts": hosts})
+
+
 def set_disabled(ids: list, disabled: bool) -> int:
     """Disable or enable crons; unknown ids are skipped (2.x)."""
+    _want_blocks_of(ids)
     return (Cron.update(is_disabled=int(disabled), updated_at=int(time.time()))
             .where(Cron.id.in_(ids)).execute())
 
@@ -233,6 +252,7 @@ def to_json(row: dict) -> dict:
         "last_execution_time": row["last_execution_time"],
         "last_running_time": row["last_running_time"], "isDisabled": row["is_disabled"],
         "createdAt": row["created_at"], "updatedAt": row["updated_at"],
+        "hosts": fleet.cron_hosts(row.get("hosts")), "hosts_mode": fleet.mode(row),
     })
     return doc
 

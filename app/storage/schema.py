@@ -26,8 +26,8 @@ from peewee import (BigIntegerField, CompositeKey, Database, DatabaseError, Inte
 
 from qlshadow.errors import Unavailable
 from qlshadow.storage.models import (ALL_MODELS, AlertDelivery, AlertEvent, App, BaseModel,
-                                     ClockStep, Cron, HostBoot, RunningInstance, ShadowFailure,
-                                     ShadowRun, Token, database)
+                                     Claim, ClockStep, Cron, Host, HostBoot, RunningInstance,
+                                     ShadowFailure, ShadowRun, Token, database)
 from qlshadow.storage.peewee_compat import create_indexes, create_table, set_without_rowid
 
 log = logging.getLogger("qlshadow")
@@ -337,6 +337,23 @@ def _step_host_clock(db: Database) -> None:
     add_table(db, ClockStep)
 
 
+def _step_hosts(db: Database) -> str | None:
+    """The fleet: the hosts table, each cron's hosts and hosts mode, the claims of `one`
+    crons, and the host of each Run and instance. Crons from before keep running where
+    they ran, on every host that shares the database (["*"])."""
+    add_table(db, Host)
+    add_table(db, Claim)
+    for name in ("hosts", "hosts_mode"):
+        add_column(db, Cron, name)
+    add_column(db, RunningInstance, "host_id")
+    add_column(db, ShadowRun, "host_id")
+    kept = db.execute_sql('UPDATE "crons" SET "hosts" = \'["*"]\' WHERE "hosts" IS NULL').rowcount
+    if kept:
+        return (f"{kept} cron(s) from before hosts were named run on every host sharing the "
+                'database (hosts ["*"]), as they did')
+    return None
+
+
 # (what the step does, in words that follow "cannot" in an error; the step). Step n brings
 # version n - 1 to version n and returns a line to log once it is committed, or None.
 # Append only: never reorder or edit a step that has shipped. Step 1 builds tables from
@@ -348,6 +365,7 @@ STEPS = (
     ("add the crons' grace column", _step_cron_grace),
     ("add the alert tables", _step_alerts),
     ("add the host boot and clock step tables", _step_host_clock),
+    ("add hosts and the crons' host fields", _step_hosts),
 )
 LATEST = len(STEPS)
 

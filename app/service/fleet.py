@@ -1,0 +1,34 @@
+"""A host's own part of the fleet tick: record that it is alive, and install its crontab
+block again when a cron change made on another host altered it (core/fleet.py).
+
+The `qlshadow notify` line of the block runs it every minute, so a host picks up a change
+of the crons that name it within a minute. The check is the upsert the tick makes anyway
+(it returns the host's block revisions): an idle tick costs one small write, on a shared
+PostgreSQL database only; a SQLite database has one host, which installs its own changes.
+"""
+from __future__ import annotations
+
+import logging
+
+from qlshadow.core import fleet
+from qlshadow.host import crontab
+
+log = logging.getLogger("qlshadow")
+
+
+def tick(settings) -> str | None:
+    """Record this host as seen; install its block if it is behind. Returns what the install
+    did, or None when the block was up to date."""
+    from qlshadow.storage.db import connected, write_transaction
+    with connected():
+        with write_transaction():
+            _, wanted, installed = fleet.record_host(settings.host_name)
+        if wanted == installed:
+            return None
+        outcome = crontab.sync(settings)
+        with write_transaction():
+            # A change after the read above raised `wanted` again: the next tick installs.
+            fleet.installed_block(settings.host_name, wanted)
+    log.info("crontab block of host %s installed again after a cron change: %s",
+                settings.host_name, outcome)
+    return outcome
