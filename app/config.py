@@ -377,11 +377,11 @@ def crontab_commands(merged: Mapping[str, str]) -> tuple:
 
 
 HOST_NAME_MAX = 63
-_HOST_NAME = re.compile(r"[A-Za-z0-9._-]{1,%d}" % HOST_NAME_MAX)
+_HOST_NAME = re.compile(rf"[A-Za-z0-9._-]{{1,{HOST_NAME_MAX}}}")
 
 
 def system_host_name() -> str:
-    """The system's host name, cut at its first dot-free label limit if it must be."""
+    """The system's host name; "localhost" when it is not a valid QL_HOST_NAME."""
     import socket
     name = socket.gethostname().strip()
     return name if _HOST_NAME.fullmatch(name) else "localhost"

@@ -219,6 +219,10 @@ def cmd_cron(args) -> int:
     if args.cron_cmd == "add":
         data = {"name": args.name or args.command, "command": args.command,
                 "schedule": args.schedule}
+        if args.hosts is not None:  # a comma list; without it the cron runs on this host
+            data["hosts"] = [name.strip() for name in args.hosts.split(",")]
+        if args.hosts_mode is not None:
+            data["hosts_mode"] = args.hosts_mode
         cron = _change(args, lambda settings, planned: crons.create(
             data, settings, planned and planned["id"]))
         if args.json:
@@ -773,6 +777,12 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("command", help="the task command")
     q.add_argument("--name", help="display name (default: the command)")
     q.add_argument("--json", action="store_true", help="print the new cron as JSON")
+    q.add_argument("--hosts", metavar="NAME,...",
+                   help="the hosts it runs on (QL_HOST_NAME), or '*' for every host sharing "
+                        "the database (default: this host)")
+    q.add_argument("--hosts-mode", choices=("each", "one"),
+                   help="each: every named host runs every firing (default); one: exactly "
+                        "one of them runs each firing")
     q = cronsub.add_parser("list", help="list crons, newest first")
     _output_options(q)
     q = cronsub.add_parser("show", help="show one cron")

@@ -129,7 +129,7 @@ def hosts_listing(now: int | None = None, one_host: bool = False) -> list:
     tick writes nothing to the flash), so it is never judged silent.
     """
     now = int(time.time()) if now is None else now
-    crons = list(Cron.select(Cron.id, Cron.hosts, Cron.is_disabled).dicts())
+    crons = list(Cron.select(Cron.id, Cron.hosts).order_by(Cron.id).dicts())
     out = []
     for host in Host.select().order_by(Host.name).dicts():
         silent = not one_host and now - host["last_seen"] > SILENT_AFTER

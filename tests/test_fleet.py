@@ -1,0 +1,188 @@
+"""A fleet on one database: host names, the hosts each cron names, each host's own crontab
+block, and the hosts list (core/fleet.py). Real databases, both backends."""
+from __future__ import annotations
+
+import json
+import socket
+
+import pytest
+
+from qlshadow import config
+from qlshadow.core import fleet
+from qlshadow.host import crontab
+from qlshadow.service import fleet as fleet_tick
+from qlshadow.storage import db
+from qlshadow.storage.models import Cron, Host
+from qlshadow.web.views import create_app
+
+
+# --- QL_HOST_NAME ---------------------------------------------------------------------------
+
+def test_the_host_name_defaults_to_the_systems():
+    assert config.load(environ={}).host_name == socket.gethostname()
+
+
+@pytest.mark.parametrize("name", ["router", "nas-2.lan", "pi_4", "a" * 63])
+def test_a_host_name_of_letters_digits_and_dot_hyphen_underscore_is_taken(name):
+    assert config.load(environ={"QL_HOST_NAME": name}).host_name == name
+
+
+@pytest.mark.parametrize("name", ["a" * 64, "two words", "*", "nas/2", "réseau"])
+def test_a_bad_host_name_is_a_config_error_naming_the_key(name):
+    with pytest.raises(config.ConfigError, match="QL_HOST_NAME"):
+        config.load(environ={"QL_HOST_NAME": name})
+
+
+# --- the hosts table ------------------------------------------------------------------------
+
+def test_a_host_records_itself_when_it_starts(app, settings):
+    with db.database.connection_context():
+        (row,) = list(Host.select().dicts())
+    assert row["name"] == settings.host_name
+    assert row["first_seen"] <= row["last_seen"]
+
+
+def test_each_start_updates_last_seen_and_keeps_one_row(make_settings):
+    first = create_app(make_settings(QL_HOST_NAME="router"))
+    with db.database.connection_context(), db.write_transaction():
+        Host.update(last_seen=5, first_seen=5).execute()
+    create_app(make_settings(QL_HOST_NAME="router"))
+    with db.database.connection_context():
+        rows = list(Host.select().dicts())
+    db.discard_connection()
+    assert first is not None
+    assert len(rows) == 1 and rows[0]["first_seen"] == 5 and rows[0]["last_seen"] > 5
+
+
+def test_runs_carry_no_host_on_sqlite_and_this_hosts_id_on_postgresql(app, backend):
+    from qlshadow.core.runtime import KEY
+    host_id = app.extensions[KEY].host_id
+    if backend == "sqlite":
+        assert host_id is None
+    else:
+        with db.database.connection_context():
+            assert Host.get_by_id(host_id).name == app.extensions["qlshadow"].host_name
+
+
+# --- each cron names its hosts --------------------------------------------------------------
+
+def test_a_cron_made_without_hosts_runs_on_the_host_that_made_it(make_cron, settings):
+    cron = make_cron()
+    assert (cron["hosts"], cron["hosts_mode"]) == ([settings.host_name], "each")
+
+
+def test_a_cron_may_name_every_host_and_one_at_a_time(make_cron):
+    cron = make_cron(hosts=["*"], hosts_mode="one")
+    assert (cron["hosts"], cron["hosts_mode"]) == (["*"], "one")
+
+
+def test_hosts_are_kept_sorted_once_each(make_cron):
+    assert make_cron(hosts=["nas", "router", "nas"])["hosts"] == ["nas", "router"]
+
+
+@pytest.mark.parametrize("body, word", [
+    ({"hosts": []}, "'hosts'"), ({"hosts": "router"}, "'hosts'"),
+    ({"hosts": ["*", "nas"]}, "stands alone"), ({"hosts": ["two words"]}, "not a host name"),
+    ({"hosts": [3]}, "not a host name"), ({"hosts_mode": "all"}, "'hosts_mode'"),
+    ({"hosts_mode": None}, "'hosts_mode'")])
+def test_bad_hosts_are_a_400_with_one_sentence_and_nothing_written(client, auth, body, word):
+    response = client.post("/open/crons", json={"name": "x", "command": "true",
+                                                "schedule": "* * * * *", **body}, headers=auth)
+    assert response.status_code == 400
+    message = response.get_json()["message"]
+    assert word in message and message.count(". ") == 0
+    with db.database.connection_context():
+        assert Cron.select().count() == 0
+
+
+def test_an_update_changes_the_hosts_and_leaves_the_definition_date(client, auth, make_cron):
+    cron = make_cron()
+    response = client.put("/open/crons", json={"id": cron["id"], "hosts": ["nas"],
+                                               "hosts_mode": "one"}, headers=auth)
+    changed = response.get_json()["data"]
+    assert (changed["hosts"], changed["hosts_mode"]) == (["nas"], "one")
+    assert changed["updatedAt"] == cron["updatedAt"]
+
+
+def test_the_cli_adds_a_cron_with_hosts_and_mode(make_settings):
+    from helpers import cli_env, run_cli
+    settings = make_settings(QL_HOST_NAME="router")
+    create_app(settings)
+    out = run_cli(cli_env(settings), "cron", "add", "--json", "--hosts", "nas,router",
+                  "--hosts-mode", "one", "*/5 * * * *", "true").stdout
+    cron = json.loads(out)
+    assert (cron["hosts"], cron["hosts_mode"]) == (["nas", "router"], "one")
+    refused = run_cli(cli_env(settings), "cron", "add", "--hosts", "a b", "* * * * *", "true",
+                      check=False)
+    assert refused.returncode != 0 and "not a host name" in refused.stderr
+
+
+# --- each host's crontab block --------------------------------------------------------------
+
+def block_commands(settings, rows) -> list:
+    text, _ = crontab.render_rows(settings, rows)
+    return [line for line in text.splitlines() if "task.sh" in line]
+
+
+def test_a_hosts_block_holds_only_the_crons_that_name_it(make_settings):
+    rows = [{"id": 1, "name": "a", "command": "echo router", "schedule": "* * * * *",
+             "hosts": '["router"]'},
+            {"id": 2, "name": "b", "command": "echo all", "schedule": "* * * * *",
+             "hosts": '["*"]'},
+            {"id": 3, "name": "c", "command": "echo old", "schedule": "* * * * *",
+             "hosts": None},
+            {"id": 4, "name": "d", "command": "echo nas", "schedule": "* * * * *",
+             "hosts": '["nas"]', "hosts_mode": "one"}]
+    router = block_commands(make_settings(QL_HOST_NAME="router", QL_SCHEDULER="system"), rows)
+    nas = block_commands(make_settings(QL_HOST_NAME="nas", QL_SCHEDULER="system"), rows)
+    assert [line.rsplit(" ", 1)[-1] for line in router] == ["router'", "all'", "old'"]
+    assert [line.rsplit(" ", 1)[-1] for line in nas] == ["all'", "old'", "nas'"]
+    assert "QL_CLAIM=1" in nas[-1] and not any("QL_CLAIM" in line for line in router)
+
+
+def test_a_change_of_hosts_raises_the_block_revision_of_each_host_it_touches(
+        make_settings, client, auth, make_cron):
+    for name in ("nas", "pi"):  # two more hosts on the same database
+        create_app(make_settings(QL_HOST_NAME=name))
+    db.discard_connection()
+
+    def wanted() -> dict:
+        with db.database.connection_context():
+            return dict(Host.select(Host.name, Host.block_wanted).tuples())
+    before = wanted()
+    cron = make_cron(hosts=["nas"])
+    after_add = wanted()
+    client.put("/open/crons", json={"id": cron["id"], "hosts": ["pi"]}, headers=auth)
+    after_move = wanted()
+    assert after_add["nas"] == before["nas"] + 1 and after_add["pi"] == before["pi"]
+    assert after_move["nas"] == after_add["nas"] + 1 and after_move["pi"] == after_add["pi"] + 1
+
+
+def test_a_host_installs_its_own_block_at_its_tick_once_a_change_named_it(
+        make_settings, tmp_path, client, auth, make_cron):
+    nas = make_settings(QL_HOST_NAME="nas", QL_SCHEDULER="system",
+                        QL_DATA_DIR=str(tmp_path / "nas"),
+                        QL_CRONTAB_FILE=str(tmp_path / "nas" / "crontab.list"))
+    create_app(nas)
+    db.discard_connection()
+    make_cron(command="echo for-nas", hosts=["nas"])
+    with db.database.connection_context():
+        assert fleet_tick.tick(nas) is not None  # behind: installed
+        assert fleet_tick.tick(nas) is None  # up to date: one upsert, nothing else
+    with open(nas.crontab_file, encoding="utf-8") as fh:
+        assert "echo for-nas" in fh.read()
+
+
+# --- GET /open/hosts ------------------------------------------------------------------------
+
+def test_the_hosts_list_names_each_host_with_its_crons_and_state(
+        client, auth, make_cron, settings, backend):
+    mine = make_cron()
+    everywhere = make_cron(hosts=["*"])
+    with db.database.connection_context(), db.write_transaction():
+        fleet.record_host("far-away", now=1000)
+    hosts = {h["name"]: h for h in client.get("/open/hosts", headers=auth).get_json()["data"]}
+    assert hosts[settings.host_name]["crons"] == [mine["id"], everywhere["id"]]
+    assert hosts[settings.host_name]["state"] == "ok"
+    assert hosts["far-away"]["crons"] == [everywhere["id"]]
+    assert hosts["far-away"]["state"] == ("ok" if backend == "sqlite" else "silent")
