@@ -11,7 +11,7 @@ CRON_FIELDS = {"id", "name", "command", "schedule", "status", "pid", "log_path",
                "last_execution_time", "last_running_time", "isDisabled", "task_before",
                "task_after", "work_dir", "log_name", "extra_schedules",
                "allow_multiple_instances", "createdAt", "updatedAt"}
-INSTANCE_FIELDS = {"id", "cron_id", "pid", "log_path", "started_at", "finished_at", "status",
+INSTANCE_FIELDS = {"id", "cron_id", "pid", "log_path", "started_at", "finished_at", "status", "host",
                    "exit_code"}
 
 

@@ -411,10 +411,12 @@ def cmd_runs(args) -> int:
             state = "failed" if args.failed else args.state
             listed = crons.list_instances(
                 args.cron, None if state is None else INSTANCE_STATES.index(state), args.limit,
-                None if args.before is None else int(args.before), args.since, args.until)
+                None if args.before is None else int(args.before), args.since, args.until,
+                host=args.host)
         else:
             listed = reader.list_runs(args.cron, args.state, args.limit, args.before,
-                                      since=args.since, until=args.until, failed=args.failed)
+                                      since=args.since, until=args.until, failed=args.failed,
+                                      host=args.host)
         names = {} if args.json else _cron_names(r["cron_id"] for r in listed)
     if args.json:
         _print_json(listed)
@@ -829,6 +831,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "(Runs); running, finished, stopped, failed (instances)")
     p.add_argument("--since", type=_time, metavar="TIME", help="started at or after: " + TIME_HELP)
     p.add_argument("--until", type=_time, metavar="TIME", help="started before this time")
+    p.add_argument("--host", metavar="NAME", help="only those that ran on this host (QL_HOST_NAME)")
     p.add_argument("--cron", type=_positive, metavar="ID", help="only executions of this cron")
     p.add_argument("--limit", type=_positive, default=50, help="at most this many (default 50)")
     p.add_argument("--before", metavar="ID", help="the next page: executions older than this "

@@ -141,13 +141,24 @@ def hosts_listing(now: int | None = None, one_host: bool = False) -> list:
 
 
 def host_names() -> dict:
-    """{host id: name}, for listings that show each execution's host."""
-    return dict(Host.select(Host.id, Host.name).tuples())
+    """{host id: name}, for listings that show each execution's host. A Run or instance
+    stores no host where one host has the database (SQLite): the key None names that
+    host when there is exactly one, else (PostgreSQL rows from before the fleet) nothing."""
+    names = dict(Host.select(Host.id, Host.name).tuples())
+    names[None] = next(iter(names.values())) if len(names) == 1 else None
+    return names
 
 
-def host_id_of(name: str) -> int | None:
-    """The id of a host by name (filters), or None when no such host was ever seen."""
-    return Host.select(Host.id).where(Host.name == name).scalar()
+def host_filter(field, name: str):
+    """A where-clause keeping the rows of one host (by name) in a column of host ids."""
+    names = host_names()
+    ids = [i for i, n in names.items() if n == name and i is not None]
+    if not ids:
+        return field.in_([])
+    where = field == ids[0]
+    if names[None] == name:
+        where |= field.is_null()
+    return where
 
 
 # --- claims -----------------------------------------------------------------------------

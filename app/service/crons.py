@@ -257,14 +257,15 @@ def to_json(row: dict) -> dict:
     return doc
 
 
-def instances(cron_id: int, limit: int) -> list:
-    """A cron's Legacy instances, newest first."""
+def instances(cron_id: int, limit: int, host: str | None = None) -> list:
+    """A cron's Legacy instances, newest first (of one host, by name)."""
     get(cron_id)
-    return list_instances(cron_id, None, limit, None)
+    return list_instances(cron_id, None, limit, None, host=host)
 
 
 def list_instances(cron_id: int | None, status: int | None, limit: int, before: int | None,
-                   since: int | None = None, until: int | None = None) -> list:
+                   since: int | None = None, until: int | None = None,
+                   host: str | None = None) -> list:
     """Legacy instances of every cron (or one), newest first; before= (an instance id) pages on.
 
     since/until bound started_at (until excluded); status keeps one RunningInstance status
@@ -281,7 +282,11 @@ def list_instances(cron_id: int | None, status: int | None, limit: int, before: 
         query = query.where(RunningInstance.started_at >= since)
     if until is not None:
         query = query.where(RunningInstance.started_at < until)
+    if host is not None:  # the instances of one host (core/fleet.py)
+        query = query.where(fleet.host_filter(RunningInstance.host_id, host))
     rows = query.order_by(RunningInstance.id.desc()).limit(limit).dicts()
+    hosts = fleet.host_names()
     return [{"id": r["id"], "cron_id": r["cron"], "pid": r["pid"], "log_path": r["log_path"],
              "started_at": r["started_at"], "finished_at": r["finished_at"],
-             "status": r["status"], "exit_code": r["exit_code"]} for r in rows]
+             "status": r["status"], "exit_code": r["exit_code"],
+             "host": hosts.get(r["host_id"])} for r in rows]

@@ -377,7 +377,8 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
-def upgrade_schema(cause: Callable[[BaseException], str] = _first_line) -> str:
+def upgrade_schema(cause: Callable[[BaseException], str] = _first_line,
+                   host_name: str | None = None) -> str:
     """Bring the bound database to the latest version (fresh: create and stamp it).
 
     Returns the journal mode on SQLite ("wal" unless the filesystem refused it), "" otherwise.
@@ -397,7 +398,7 @@ def upgrade_schema(cause: Callable[[BaseException], str] = _first_line) -> str:
             mode = db.execute_sql("PRAGMA journal_mode=wal").fetchone()[0].lower()
         if _current(db) == LATEST and not _missing_tables(db):  # the usual start: no lock
             move_old_runs(db)
-            _note_boot(db)
+            _note_boot(db, host_name)
             return mode
         if sqlite:
             waited = db.execute_sql("PRAGMA busy_timeout").fetchone()[0]
@@ -408,15 +409,16 @@ def upgrade_schema(cause: Callable[[BaseException], str] = _first_line) -> str:
         finally:
             if sqlite:
                 db.execute_sql(f"PRAGMA busy_timeout = {waited}")
-        _note_boot(db)
+        _note_boot(db, host_name)
     return mode
 
 
-def _note_boot(db: Database) -> None:
-    """Close the Runs a reboot left open (storage/reboot.py); a failure only delays it."""
+def _note_boot(db: Database, host_name: str | None = None) -> None:
+    """Close the Runs a reboot left open (storage/reboot.py); a failure only delays it.
+    host_name: QL_HOST_NAME (None: the system's)."""
     from qlshadow.storage.reboot import note_boot
     try:
-        note_boot(db)
+        note_boot(db, host=host_name)
     except DatabaseError as exc:
         log.warning("cannot record this boot, so Runs left open by a reboot stay open until "
                     "the next start: %s", _first_line(exc))
