@@ -185,8 +185,11 @@ def render(counters: Counters, settings=None, policy=None) -> str:
     from qlshadow import __version__
     counts = counters.snapshot()
     out = _Text()
+    build = {"version": __version__}
+    if settings is not None:
+        build["host"] = settings.host_name  # QL_HOST_NAME: which host of a fleet answers
     out.family("qlshadow_build_info", "gauge", "Version of the running qlshadow.",
-               [({"version": __version__}, 1)])
+               [(build, 1)])
     out.family("qlshadow_callbacks", "counter",
                "Status callbacks answered since start, by result.",
                [({"result": k}, v) for k, v in sorted(counts["callbacks"].items())])
@@ -197,7 +200,7 @@ def render(counters: Counters, settings=None, policy=None) -> str:
                "Requests whose database work failed and was rolled back, since start.",
                [({}, counts["write_errors"])])
     from peewee import DatabaseError, InterfaceError
-    healths = failures = notifications = None
+    healths = failures = notifications = hosts = None
     try:
         sizes, runs, finishes = storage_bytes(), runs_by_state(), last_finishes()
         if settings is not None:
@@ -208,11 +211,14 @@ def render(counters: Counters, settings=None, policy=None) -> str:
             failures = cron_failures()
             from qlshadow.watch.alerts import counts_by_channel
             notifications = counts_by_channel()
+            from qlshadow.core.fleet import hosts_listing
+            from qlshadow.storage.db import is_sqlite
+            hosts = hosts_listing(one_host=is_sqlite())
     except (DatabaseError, InterfaceError):
         # The counters matter most while the database fails: answer them without its part.
         from qlshadow.storage.db import discard_connection
         discard_connection()
-        sizes = runs = finishes = healths = notifications = None
+        sizes = runs = finishes = healths = notifications = hosts = None
     out.family("qlshadow_database_up", "gauge",
                "1 when the database answered this scrape's reads, else 0.",
                [({}, 0 if sizes is None else 1)])
@@ -251,6 +257,13 @@ def render(counters: Counters, settings=None, policy=None) -> str:
                    "pending (tried again by a later notify tick), given_up.",
                    [({"channel": channel, "outcome": outcome}, n)
                     for (channel, outcome), n in sorted(counts.items())])
+    if hosts is not None:
+        out.family("qlshadow_fleet_host_last_seen_timestamp_seconds", "gauge",
+                   "When each host sharing the database last started or ticked (Unix time).",
+                   [({"host": h["name"]}, h["last_seen"]) for h in hosts])
+        out.family("qlshadow_fleet_host_silent", "gauge",
+                   "1 when the host's tick has not been seen for 3 minutes, else 0.",
+                   [({"host": h["name"]}, int(h["state"] == "silent")) for h in hosts])
     if settings is not None:
         _host_families(out, settings)
     rss = process_rss_bytes()
