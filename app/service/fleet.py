@@ -32,3 +32,11 @@ def tick(settings) -> str | None:
     log.info("crontab block of host %s installed again after a cron change: %s",
                 settings.host_name, outcome)
     return outcome
+
+
+def joins(settings) -> bool:
+    """True when this host shares its database (PostgreSQL): its first start installs its
+    block even with no crons naming it yet, for the block's tick line is how it hears of
+    a later change that names it."""
+    from qlshadow.config import sqlite_file
+    return sqlite_file(settings.db_url) is None
