@@ -35,8 +35,13 @@ def tick(settings) -> str | None:
 
 
 def joins(settings) -> bool:
-    """True when this host shares its database (PostgreSQL): its first start installs its
-    block even with no crons naming it yet, for the block's tick line is how it hears of
-    a later change that names it."""
+    """True when this host shares its database (PostgreSQL) with other hosts: its first
+    start installs its block even with no crons naming it yet, for the block's tick line
+    is how it hears of a later change that names it (crontab.render_rows keeps it)."""
     from qlshadow.config import sqlite_file
-    return sqlite_file(settings.db_url) is None
+    if sqlite_file(settings.db_url) is not None:
+        return False
+    from qlshadow.storage.db import connected
+    from qlshadow.storage.models import Host
+    with connected():
+        return Host.select().limit(2).count() > 1
