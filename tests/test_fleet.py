@@ -186,3 +186,62 @@ def test_the_hosts_list_names_each_host_with_its_crons_and_state(
     assert hosts[settings.host_name]["state"] == "ok"
     assert hosts["far-away"]["crons"] == [everywhere["id"]]
     assert hosts["far-away"]["state"] == ("ok" if backend == "sqlite" else "silent")
+
+
+# --- every execution says where it ran ------------------------------------------------------
+
+@pytest.mark.shadow_on
+def test_a_single_hosts_runs_and_instances_name_it(client, auth, settings):
+    from reconcile_history import fire, new_cron
+    cron_id = new_cron(client, auth, "* * * * *", 1000)
+    fire(client, auth, cron_id, 1_767_225_600)
+    (run,) = client.get("/open/runs", headers=auth).get_json()["data"]
+    (instance,) = client.get(f"/open/crons/{cron_id}/instances", headers=auth).get_json()["data"]
+    assert run["host"] == instance["host"] == settings.host_name
+    mine = client.get(f"/open/runs?host={settings.host_name}", headers=auth).get_json()["data"]
+    assert [r["id"] for r in mine] == [run["id"]]
+    assert client.get("/open/runs?host=nowhere", headers=auth).get_json()["data"] == []
+
+
+@pytest.mark.shadow_on
+@pytest.mark.parametrize("backend", ["postgres"], indirect=True)
+def test_each_hosts_runs_name_it_and_filter_by_it(client, auth, settings, make_settings):
+    from helpers import SHADOW_ON
+    from reconcile_history import fire, new_cron
+    other = create_app(make_settings(QL_HOST_NAME="far-away", **SHADOW_ON)).test_client()
+    cron_id = new_cron(client, auth, "* * * * *", 1000)
+    fire(client, auth, cron_id, 1_767_225_600)
+    fire(other, auth, cron_id, 1_767_225_600)
+    runs = client.get("/open/runs", headers=auth).get_json()["data"]
+    assert sorted(r["host"] for r in runs) == sorted([settings.host_name, "far-away"])
+    theirs = client.get("/open/runs?host=far-away", headers=auth).get_json()["data"]
+    assert [r["host"] for r in theirs] == ["far-away"]
+    instances = client.get(f"/open/crons/{cron_id}/instances?host=far-away",
+                           headers=auth).get_json()["data"]
+    assert [i["host"] for i in instances] == ["far-away"]
+
+
+@pytest.mark.shadow_on
+@pytest.mark.parametrize("backend", ["postgres"], indirect=True)
+@pytest.mark.parametrize("mode, double", [("each", 0), ("one", 1)])
+def test_the_gate_judges_each_crons_per_host_and_one_crons_per_firing(
+        client, auth, make_settings, mode, double):
+    from helpers import SHADOW_ON
+    from reconcile_history import fire, new_cron, report_of
+    other = create_app(make_settings(QL_HOST_NAME="far-away", **SHADOW_ON)).test_client()
+    t = 1_767_225_600
+    cron_id = new_cron(client, auth, "* * * * *", t - 60)
+    client.put("/open/crons", json={"id": cron_id, "hosts": ["*"], "hosts_mode": mode},
+               headers=auth)
+    fire(client, auth, cron_id, t)
+    fire(other, auth, cron_id, t)
+    report = report_of(cron_id, t - 60, t + 60, now=t + 600)
+    assert len(report["double"]) == double
+
+
+def test_metrics_name_the_host_and_each_host_of_the_fleet(app, client, settings):
+    from test_metrics import metrics_token
+    text = client.get("/metrics", headers={"Authorization": f"Bearer {metrics_token(settings)}"}
+                      ).get_data(True)
+    assert f'host="{settings.host_name}"' in text.split("qlshadow_build_info{")[1].split("}")[0]
+    assert f'qlshadow_fleet_host_silent{{host="{settings.host_name}"}} 0' in text
