@@ -245,3 +245,33 @@ def test_metrics_name_the_host_and_each_host_of_the_fleet(app, client, settings)
                       ).get_data(True)
     assert f'host="{settings.host_name}"' in text.split("qlshadow_build_info{")[1].split("}")[0]
     assert f'qlshadow_fleet_host_silent{{host="{settings.host_name}"}} 0' in text
+
+
+# --- a host going silent and coming back ----------------------------------------------------
+
+@pytest.mark.parametrize("backend", ["postgres"], indirect=True)
+def test_a_host_going_silent_and_back_is_told_once_each_for_the_whole_fleet(
+        settings, make_settings, monkeypatch):
+    from test_alerts import PROXY_VARIABLES, channels_of, titles
+    from test_notify_channels import Receiver
+    from qlshadow.watch.alerts import tick
+    for name in PROXY_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    create_app(make_settings(QL_HOST_NAME="nas"))
+    receiver = Receiver()
+    try:
+        channels = channels_of(receiver)
+        with db.database.connection_context(), db.write_transaction():
+            seen = Host.get(Host.name == "nas").last_seen
+        later = seen + fleet.SILENT_AFTER + 60
+        with db.database.connection_context(), db.write_transaction():
+            fleet.record_host(settings.host_name, now=later)  # this host ticks on
+        for _ in range(3):  # the ticks of every host: one of them tells it
+            tick(settings, channels, later)
+        with db.database.connection_context(), db.write_transaction():
+            fleet.record_host("nas", now=later + 60)  # nas ticks again
+        for _ in range(3):
+            tick(settings, channels, later + 60)
+        assert titles(receiver) == ["qlshadow: host nas is silent", "qlshadow: host nas is back"]
+    finally:
+        receiver.close()

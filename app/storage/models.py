@@ -341,6 +341,9 @@ class Host(BaseModel):
     last_seen = BigIntegerField()
     block_wanted = BigIntegerField(default=0)
     block_installed = BigIntegerField(default=0)
+    # "silent" once alerted as silent, null once alerted back (or never): the compare-and-set
+    # that makes one tick of the whole fleet send each change (watch/alerts.py).
+    alert_state = TextField(null=True)
 
     class Meta:
         table_name = "hosts"
