@@ -219,6 +219,14 @@ def test_each_hosts_runs_name_it_and_filter_by_it(client, auth, settings, make_s
     instances = client.get(f"/open/crons/{cron_id}/instances?host=far-away",
                            headers=auth).get_json()["data"]
     assert [i["host"] for i in instances] == ["far-away"]
+    from helpers import cli_env, run_cli
+    env = {**cli_env(settings), **SHADOW_ON}
+    listed = json.loads(run_cli(env, "runs", "--host", "far-away", "--json").stdout)
+    assert [r["host"] for r in listed] == ["far-away"]
+    table = run_cli(env, "runs").stdout.splitlines()
+    assert table[0].split()[-1] == "host"
+    assert sorted(line.split()[-1] for line in table[1:3]) == sorted(
+        [settings.host_name, "far-away"])
 
 
 @pytest.mark.shadow_on

@@ -391,6 +391,19 @@ def _instances_table(listed: list, names: dict, utc: bool) -> str:
     return table(columns, rows, terminal_width())
 
 
+def _with_hosts(text: str, listed: list) -> str:
+    """The table with a host column when the rows ran on more than one host (a fleet)."""
+    if len({r.get("host") for r in listed}) < 2:
+        return text
+    lines = text.splitlines()
+    width = max(len(str(r.get("host") or "-")) for r in listed + [{"host": "host"}])
+    head, rows = lines[:len(lines) - len(listed)], lines[len(lines) - len(listed):]
+    out = [f"{line}  {'host' if i == len(head) - 1 else '':<{width}}".rstrip()
+           for i, line in enumerate(head)]
+    out += [f"{line}  {r.get('host') or '-'}" for line, r in zip(rows, listed, strict=True)]
+    return "".join(f"{line}\n" for line in out)
+
+
 def cmd_runs(args) -> int:
     """Executions newest first: Shadow Runs when Shadow is on, else (or --legacy) instances."""
     settings = _settings(args)
@@ -425,7 +438,8 @@ def cmd_runs(args) -> int:
         hint = "" if legacy else " (manual runs are Legacy instances only: add --legacy)"
         print(f"no {'failed ' if args.failed else ''}{kind} match{hint}")
         return 0
-    sys.stdout.write((_instances_table if legacy else _runs_table)(listed, names, args.utc))
+    text = (_instances_table if legacy else _runs_table)(listed, names, args.utc)
+    sys.stdout.write(_with_hosts(text, listed))
     if len(listed) == args.limit:
         print(f"more: add --before {listed[-1]['id']}")
     return 0
