@@ -283,3 +283,16 @@ def test_a_host_going_silent_and_back_is_told_once_each_for_the_whole_fleet(
         assert titles(receiver) == ["qlshadow: host nas is silent", "qlshadow: host nas is back"]
     finally:
         receiver.close()
+
+
+@pytest.mark.parametrize("backend", ["postgres"], indirect=True)
+def test_the_health_page_lists_the_hosts_of_a_fleet(client, token, make_settings, settings):
+    create_app(make_settings(QL_HOST_NAME="nas"))
+    assert client.post("/page/login", data={"token": token}).status_code in (302, 303)
+    page = client.get("/page/health").get_data(True)
+    assert 'id="hosts"' in page and ">nas</th>" in page and f">{settings.host_name}</th>" in page
+
+
+def test_the_health_page_of_a_single_host_has_no_hosts_section(client, token):
+    assert client.post("/page/login", data={"token": token}).status_code in (302, 303)
+    assert 'id="hosts"' not in client.get("/page/health").get_data(True)
