@@ -32,7 +32,7 @@ FILE_KEYS = frozenset({
     "QL_RETENTION_DAYS", "QL_RETENTION_ROWS_PER_CRON", "QL_RETENTION_LOGS_PER_CRON",
     "QL_RETENTION_LOG_DAYS", "QL_SQLITE_SYNCHRONOUS", "QL_STORAGE_BUDGET", "QL_PAGE_HOSTS",
     "QL_SCRIPTS_DIR", "QL_ENV_FILE",
-    "QL_LANG",
+    "QL_LANG", "QL_HOST_NAME",
 })
 
 # Notification settings (docs/NOTIFY.md), read by qlshadow.watch.notify only, never by the
@@ -129,6 +129,9 @@ class Settings:
     env_file: str | None = None
     notify_file: str | None = None
     lang: str = "en"  # QL_LANG: reasons and notifications; the page's default
+    # QL_HOST_NAME: this host's name among the hosts sharing one database (crons name
+    # the hosts they run on); the system's host name by default.
+    host_name: str = "localhost"
     config_file: str | None = None
     # The keys whose value came from the config file (the environment did not override
     # them): such a value (a database password) need not be repeated on crontab lines,
@@ -373,6 +376,25 @@ def crontab_commands(merged: Mapping[str, str]) -> tuple:
                       "qlshadow's lines)")
 
 
+HOST_NAME_MAX = 63
+_HOST_NAME = re.compile(rf"[A-Za-z0-9._-]{{1,{HOST_NAME_MAX}}}")
+
+
+def system_host_name() -> str:
+    """The system's host name; "localhost" when it is not a valid QL_HOST_NAME."""
+    import socket
+    name = socket.gethostname().strip()
+    return name if _HOST_NAME.fullmatch(name) else "localhost"
+
+
+def check_host_name(raw: str) -> str:
+    """QL_HOST_NAME: letters, digits and `.-_`, at most 63 characters."""
+    if not _HOST_NAME.fullmatch(raw) or raw == "*":
+        raise ConfigError(f"QL_HOST_NAME={raw!r} must be 1 to {HOST_NAME_MAX} letters, digits, "
+                          "dots, hyphens or underscores")
+    return raw
+
+
 def _detect_scheduler() -> str:
     return "system" if (shutil.which("crond") or shutil.which("cron")) else "node"
 
@@ -440,6 +462,7 @@ def load(environ: Mapping[str, str] | None = None, config_file: str | None = Non
         # Relative is allowed here as notify_sources allows it (an absolute path from the cwd).
         notify_file=check_path("QL_NOTIFY_FILE", merged.get("QL_NOTIFY_FILE", ""), absolute=False),
         lang=parse_lang(merged.get("QL_LANG", "en")),
+        host_name=check_host_name(merged.get("QL_HOST_NAME", "").strip() or system_host_name()),
         config_file=path,
         file_keys=frozenset(file_values.keys() - from_env.keys()),
         given_keys=frozenset(merged),

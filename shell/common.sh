@@ -164,8 +164,8 @@ ql_timed() {
 
 # ql_post JSON [PATH]: send one status callback (or, with PATH, that request: tick.sh's).
 # Returns 0 when the service answered 200 (or 202); otherwise sets ql_post_error to one
-# line, and ql_http to the HTTP status when the service answered at all. One attempt bounded by the callback timeout
-# (default 5 s), never a retry: the task must not wait on the service, and the service
+# line, and ql_http to the HTTP status when the service answered at all. One attempt
+# bounded by the callback timeout (default 5 s), never a retry: the task must not wait on the service, and the service
 # handles a lost callback (the Run is closed by the other one).
 #
 # The token never goes on a command line, where any local user could read it in ps:
@@ -173,9 +173,12 @@ ql_timed() {
 # request from the shell's builtin printf. Only a box with neither curl nor nc sends it
 # through wget's --header (in argv); it is the runner's token, which can post status
 # callbacks and nothing else.
+#
+# ql_code is the HTTP status whenever one was read, 200 included (curl and nc; wget tells
+# only a failed one): the claim of a `one` cron (task.sh) reads it.
 ql_post() {
   ql_url=${ql_base_url:-http://127.0.0.1:5600}${2:-/open/crons/status}
-  ql_post_error= ql_http=
+  ql_post_error= ql_http= ql_code=
   ql_wait=${ql_timeout:-5}
   case $ql_wait in '' | 0 | *[!0123456789]*) ql_wait=5 ;; esac
   if command -v curl >/dev/null 2>&1; then
@@ -210,7 +213,7 @@ ql_header
     [ "$ql_rc" -eq 0 ] && return 0
     case $ql_out in
       *'HTTP/1.'?' '[123456789][0123456789][0123456789]*)
-        ql_http=${ql_out#*HTTP/1.? }; ql_http=${ql_http%%[!0123456789]*} ;;
+        ql_http=${ql_out#*HTTP/1.? }; ql_http=${ql_http%%[!0123456789]*}; ql_code=$ql_http ;;
     esac
     ql_post_error=${ql_out:-wget exited $ql_rc (no answer from $ql_url within $ql_wait s)}
     return 1
@@ -259,8 +262,9 @@ ql_post_nc() {
     'HTTP/1.'?' 200 '* | 'HTTP/1.'?' 202 '*) return 0 ;;
     'HTTP/1.'?' '[0123456789][0123456789][0123456789]*)
       ql_code=${ql_out#HTTP/1.? }
-      ql_http=${ql_code%%[!0123456789]*}
-      ql_post_error="HTTP $ql_http from $ql_url" ;;
+      ql_code=${ql_code%%[!0123456789]*}
+      ql_http=$ql_code
+      ql_post_error="HTTP $ql_code from $ql_url" ;;
     '') ql_post_error="nc exited $ql_rc (no answer from $ql_url within $ql_wait s)" ;;
     *) ql_post_error=${ql_out%"$ql_cr"} ;;
   esac

@@ -22,6 +22,12 @@
 #                        BusyBox crond cuts it at '#', Vixie cron at '%'
 #   QL_EXECUTION_ORIGIN  =scheduled_system only on active lines of a system-mode crontab:
 #                        only then is an execution_id made, once, for both callbacks
+#   QL_CLAIM=1           the cron's hosts_mode is `one`: before anything else the task
+#                        claims its firing (POST /open/crons/<ID>/claim with its start
+#                        second); when another host has it, the task exits 0 having run
+#                        and recorded nothing; when the claim cannot be made (service or
+#                        database unreachable) the task does not run either, notes why
+#                        in its log and exits 75: `one` means never twice
 # From $QL_DATA_DIR/runner.env (written by the service, 0600), unless set in the
 # environment: QL_BASE_URL (default http://127.0.0.1:5600), QL_CLI (the qlshadow command
 # line that refreshes the token; default qlshadow), QL_CALLBACK_TIMEOUT (seconds per
@@ -64,7 +70,8 @@ if [ "${QL_ESCAPED:-}" = 1 ]; then
 fi
 # Consumed here, like the marker below: a task.sh that the command starts must not run
 # this cron's hooks again.
-unset QL_ESCAPED QL_WORK_DIR QL_TASK_BEFORE QL_TASK_AFTER
+ql_claim=${QL_CLAIM:-}
+unset QL_ESCAPED QL_WORK_DIR QL_TASK_BEFORE QL_TASK_AFTER QL_CLAIM
 
 # QingLong's `task` word: a command whose first word is `task` runs with a shell command of
 # that name calling ql-task.sh (by absolute path: the task may cd), so that
@@ -130,6 +137,19 @@ if [ -n "$ql_id" ]; then
   ql_load_token "$ql_begin"
 else
   ql_note "no numeric ID in the environment: status callbacks are not sent"
+fi
+
+# hosts_mode `one`: the database gives this firing to the first host that claims it.
+if [ "$ql_claim" = 1 ] && [ -n "$ql_id" ] && [ "$ql_origin" = scheduled_system ]; then
+  if ! ql_post "{\"at\":$ql_begin}" "/open/crons/$ql_id/claim"; then
+    if [ "$ql_code" = 409 ]; then
+      # Another host runs it: nothing of this one is kept, not even its empty log.
+      [ "$ql_log" = /dev/null ] || rm -f "$ql_log" 2>/dev/null
+      exit 0
+    fi
+    ql_note "the firing could not be claimed ($ql_post_error): a cron run by one host at a time does not run where the claim fails"
+    exit 75
+  fi
 fi
 ql_send running "{\"ids\":[$ql_id],\"status\":0,\"pid\":$$,\"log_path\":\"$ql_rel\",\"last_execution_time\":$ql_begin$ql_extra}"
 

@@ -48,8 +48,11 @@ def request_keyed_database(db_url: str):
 # Indexes and columns that versioned steps added: the release before versions had neither.
 ADDED_BY_STEPS: tuple = ()
 COLUMNS_ADDED_BY_STEPS = (("crons", "grace"), ("crons", "alert_state"), ("crons", "alert_after"),
-                          ("crons", "max_runtime"), ("crons", "quiet"), ("crons", "snooze_until"))
-TABLES_ADDED_BY_STEPS = ("alert_events", "alert_deliveries", "host_boots", "clock_steps")
+                          ("crons", "max_runtime"), ("crons", "quiet"), ("crons", "snooze_until"),
+                          ("crons", "hosts"), ("crons", "hosts_mode"),
+                          ("running_instances", "host_id"))
+TABLES_ADDED_BY_STEPS = ("alert_events", "alert_deliveries", "host_boots", "clock_steps",
+                         "service_outages", "hosts", "claims")
 
 
 def old_select(model):

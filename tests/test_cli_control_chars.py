@@ -21,8 +21,9 @@ def test_a_control_character_in_a_name_is_escaped_in_the_table(settings, odd_cro
     out = run_cli(cli_env(settings), *command).stdout
     assert "\x1b" not in out and SHOWN in out
     lines = out.splitlines()
-    if command == ("status",):  # it ends with the storage line
+    if command == ("status",):  # it ends with the open executions and the storage line
         assert lines.pop().startswith("storage: ")
+        assert lines.pop().startswith("open executions: ")
     assert len(lines) == 2  # the titles and one row
 
 
@@ -34,8 +35,8 @@ def test_a_control_character_in_a_name_is_escaped_in_cron_show(settings, odd_cro
 def test_status_fits_its_table_to_the_terminal_like_every_other_table(settings, make_cron):
     make_cron(name="a" * 60)
     out = run_cli(cli_env(settings), "status").stdout
-    titles, row, storage = out.splitlines()
-    assert storage.startswith("storage: ")
+    titles, row, executions, storage = out.splitlines()
+    assert executions.startswith("open executions: ") and storage.startswith("storage: ")
     assert titles.split()[:3] == ["cron", "name", "state"]
     assert "a" * 60 in row  # into a pipe nothing is cut
 

@@ -7,12 +7,12 @@ import pytest
 from qlshadow.storage.models import Cron, RunningInstance
 from helpers import fixture_body, table_rows
 
-CRON_FIELDS = {"id", "name", "command", "schedule", "status", "pid", "log_path",
+CRON_FIELDS = {"id", "name", "command", "schedule", "status", "pid", "log_path", "hosts", "hosts_mode",
                "last_execution_time", "last_running_time", "isDisabled", "task_before",
                "task_after", "work_dir", "log_name", "extra_schedules",
                "allow_multiple_instances", "createdAt", "updatedAt",
                "alert_after", "max_runtime", "quiet", "snooze_until"}  # alert tuning
-INSTANCE_FIELDS = {"id", "cron_id", "pid", "log_path", "started_at", "finished_at", "status",
+INSTANCE_FIELDS = {"id", "cron_id", "pid", "log_path", "started_at", "finished_at", "status", "host",
                    "exit_code"}
 
 

@@ -89,8 +89,9 @@ def full_scans_and_sorts(sql: str, params: tuple) -> list:
                 continue
             if scan or "TEMP B-TREE" in text:
                 bad.append(text)
-        elif "Seq Scan" in text or text.lstrip("-> ").startswith(("Sort", "Incremental Sort")):
-            bad.append(text)
+        elif (("Seq Scan" in text and "Seq Scan on hosts" not in text)
+              or text.lstrip("-> ").startswith(("Sort", "Incremental Sort"))):
+            bad.append(text)  # hosts: one row per host of the fleet, read whole (fleet.py)
     return bad
 
 
@@ -267,7 +268,8 @@ def test_the_status_pages_per_cron_listings_read_through_an_index(client, auth, 
     reads = [(sql, params) for sql, params in recorded if "tokens" not in sql]
     assert any("running_instances" in sql for sql, _ in reads)
 
-    plans = {sql: whole_table_reads(sql, params, {"crons", "shadow_failures", "clock_steps"})
+    plans = {sql: whole_table_reads(sql, params, {"crons", "shadow_failures", "clock_steps",
+                                                  "hosts"})
              for sql, params in reads}
 
     assert {sql: bad for sql, bad in plans.items() if bad} == {}

@@ -23,7 +23,7 @@ SAMPLES = {
     "port": "5601", "threads": "3", "scheduler": "node", "crontab_file": "/mnt/usb/ql/c.list",
     "crontab_install": "crontab -c /etc/crontabs {file}",
     "crontab_list": "crontab -c /etc/crontabs -l", "base_url": "http://127.0.0.1:5601",
-    "page_hosts": "router.example.org,nas.lan", "lang": "zh_CN",
+    "page_hosts": "router.example.org,nas.lan", "lang": "zh_CN", "host_name": "router-1",
     "callback_timeout": "7", "db_timeout": "2.5", "sqlite_synchronous": "normal",
     "max_body": "4096", "retention_days": "10", "retention_rows_per_cron": "20",
     "retention_logs_per_cron": "5", "retention_log_days": "3", "storage_budget": "4M",

@@ -1,6 +1,6 @@
 """A Run open at a reboot is closed as lost at reboot by the first start of the next boot; a
-restart of the service in the same boot closes nothing (storage/reboot.py). Closing is
-SQLite's (one host); on PostgreSQL, which hosts may share, a new boot closes nothing."""
+restart of the service in the same boot closes nothing (storage/reboot.py). On SQLite (one
+host) every open Run; on PostgreSQL, which hosts share, only this host's."""
 from __future__ import annotations
 
 import time
@@ -123,11 +123,31 @@ def test_health_no_longer_calls_the_cron_running_after_a_reboot(client, auth, op
 
 
 @pytest.mark.parametrize("backend", ["postgres"], indirect=True)
-def test_on_postgresql_a_new_boot_is_recorded_and_closes_no_run(client, auth, open_and_done):
+def test_on_postgresql_a_new_boot_closes_only_this_hosts_runs(client, auth, settings,
+                                                              make_settings, open_and_done):
+    from helpers import SHADOW_ON
+    from qlshadow.web.views import create_app
+    _, running = open_and_done
+    # Another host of the fleet runs the same cron on the same database, still running.
+    other = create_app(make_settings(QL_HOST_NAME="other-host", **SHADOW_ON))
+    fire(other.test_client(), auth, table_rows(Cron)[0]["id"], running + 59, finish=False)
+    with db.connected():
+        assert note_boot(db.database.obj, current="next-boot", now=running + 7200,
+                         host=settings.host_name) == 1
+    states = {at: (run["state"], run["host"]) for at, run in runs(client, auth).items()}
+    assert states[running] == ("exited", settings.host_name)
+    assert states[running + 60] == ("running", "other-host")
+    assert table_rows(Cron)[0]["status"] == CRON_RUNNING  # the other host's instance is open
+    rows = {r["host"]: r["boot_id"] for r in table_rows(HostBoot, HostBoot.host)}
+    assert rows[settings.host_name] == "next-boot"
+
+
+@pytest.mark.parametrize("backend", ["postgres"], indirect=True)
+def test_on_postgresql_a_host_never_seen_in_the_fleet_closes_no_run(client, auth, open_and_done):
     _, running = open_and_done
     with db.connected():
-        assert note_boot(db.database.obj, current="next-boot", now=running + 7200) == 0
+        note_boot(db.database.obj, current="a-boot", host="stranger")
+        assert note_boot(db.database.obj, current="next-boot", now=running + 7200,
+                         host="stranger") == 0
     assert runs(client, auth)[running]["state"] == "running"
     assert table_rows(Cron)[0]["status"] == CRON_RUNNING
-    (row,) = table_rows(HostBoot, HostBoot.host)
-    assert row["boot_id"] == "next-boot"

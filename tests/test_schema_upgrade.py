@@ -562,3 +562,30 @@ def test_a_process_that_finds_the_move_ended_by_another_stops_quietly(
         assert schema.move_old_runs(database) == 0
         assert database.execute_sql("SELECT COUNT(*) FROM shadow_runs").fetchone()[0] == 3
     assert "stopped" not in caplog.text
+
+
+FLEET_STEP = [name for name, _ in schema.STEPS].index("add hosts and the crons' host fields")
+
+
+def test_crons_from_before_the_fleet_keep_running_on_every_host_and_the_upgrade_says_so_once(
+        make_settings):
+    from qlshadow.host import crontab
+    settings = make_settings(QL_HOST_NAME="router", QL_SCHEDULER="system")
+    database = database_at(settings.db_url, FLEET_STEP)
+    with database.connection_context():
+        for name in ("backup", "sync"):
+            database.execute_sql(
+                'INSERT INTO "crons" ("name", "command", "schedule", "allow_multiple_instances", '
+                '"status", "is_disabled", "created_at", "updated_at") VALUES '
+                f"('{name}', 'echo {name}', '* * * * *', 0, 1, 0, 1, 1)")
+    first = run_cli(cli_env(settings), "db", "init")
+    again = run_cli(cli_env(settings), "db", "init")
+    assert "2 cron(s) from before hosts were named run on every host" in first.stderr
+    assert "every host" not in again.stderr
+    with database.connection_context():
+        rows = list(Cron.select().order_by(Cron.id).dicts())
+    assert [(r["hosts"], r["hosts_mode"]) for r in rows] == [('["*"]', None)] * 2
+    for host in ("router", "nas", "pi"):  # each host's block still runs both
+        text, active = crontab.render_rows(make_settings(QL_HOST_NAME=host,
+                                                         QL_SCHEDULER="system"), rows)
+        assert active == 2 and "echo backup" in text and "echo sync" in text

@@ -31,6 +31,20 @@ def test_a_first_start_without_crons_installs_no_crontab(live_server, tmp_path):
     assert not os.path.exists(tmp_path / "crontab.list")
 
 
+@pytest.mark.parametrize("backend", ["postgres"], indirect=True)
+def test_a_first_start_in_a_fleet_installs_the_block_with_its_tick(live_server, make_settings,
+                                                                 tmp_path):
+    # A host of a fleet hears of crons named for it later through its tick (core/fleet.py).
+    from qlshadow.web.views import create_app
+    create_app(make_settings(QL_HOST_NAME="another-host"))  # the fleet's first host
+    server = live_server(**_system_env(tmp_path), QL_HOST_NAME="joining-host")
+    status, _ = http("GET", server.url + "/health")
+    assert status == 200
+    installed = (tmp_path / "installed.list").read_text()
+    assert installed.rstrip().splitlines()[-2].endswith("/tick.sh")
+    assert "task.sh" not in installed
+
+
 def test_a_restart_reinstalls_the_crontab_it_already_owns(live_server, tmp_path):
     env = _system_env(tmp_path)
     server = live_server(**env)

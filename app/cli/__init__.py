@@ -288,6 +288,10 @@ def cmd_cron(args) -> int:
     if args.cron_cmd == "add":
         data = {"name": args.name or args.command, "command": args.command,
                 "schedule": args.schedule, **_tuning_options(args)}
+        if args.hosts is not None:  # a comma list; without it the cron runs on this host
+            data["hosts"] = [name.strip() for name in args.hosts.split(",")]
+        if args.hosts_mode is not None:
+            data["hosts_mode"] = args.hosts_mode
         cron = _change(args, lambda settings, planned: crons.create(
             data, settings, planned and planned["id"]))
         if args.json:
@@ -558,12 +562,13 @@ def _list_runs(args, settings) -> list:
     now, shadow, daemon = int(time.time()), settings.shadow_on, kind_for(settings)
     if args.state not in ("running", "stuck", "finish_lost"):
         listed = reader.list_runs(args.cron, args.state, args.limit, args.before,
-                                  since=args.since, until=args.until, failed=args.failed)
+                                  since=args.since, until=args.until, failed=args.failed,
+                                  host=args.host)
         return with_conditions(listed, now, shadow, daemon)
     found, before = [], args.before
     while len(found) < args.limit:
         page = reader.list_runs(args.cron, "running", _OPEN_PAGE, before, since=args.since,
-                                until=args.until, failed=args.failed)
+                                until=args.until, failed=args.failed, host=args.host)
         found += [r for r in with_conditions(page, now, shadow, daemon)
                   if r["condition"] == args.state]
         if len(page) < _OPEN_PAGE:
@@ -584,6 +589,19 @@ def _instances_table(listed: list, names: dict, utc: bool) -> str:
              _instance_state(r["status"]), r["exit_code"], _took(r["started_at"], r["finished_at"])]
             for r in listed]
     return table(columns, rows, terminal_width())
+
+
+def _with_hosts(text: str, listed: list) -> str:
+    """The table with a host column when the rows ran on more than one host (a fleet)."""
+    if len({r.get("host") for r in listed}) < 2:
+        return text
+    lines = text.splitlines()
+    width = max(len(str(r.get("host") or "-")) for r in listed + [{"host": "host"}])
+    head, rows = lines[:len(lines) - len(listed)], lines[len(lines) - len(listed):]
+    out = [f"{line}  {'host' if i == len(head) - 1 else '':<{width}}".rstrip()
+           for i, line in enumerate(head)]
+    out += [f"{line}  {r.get('host') or '-'}" for line, r in zip(rows, listed, strict=True)]
+    return "".join(f"{line}\n" for line in out)
 
 
 def cmd_runs(args) -> int:
@@ -608,7 +626,8 @@ def cmd_runs(args) -> int:
             state = "failed" if args.failed else args.state
             listed = crons.list_instances(
                 args.cron, None if state is None else INSTANCE_STATES.index(state), args.limit,
-                None if args.before is None else int(args.before), args.since, args.until)
+                None if args.before is None else int(args.before), args.since, args.until,
+                host=args.host)
         else:
             listed = _list_runs(args, settings)
         names = {} if args.json else _cron_names(r["cron_id"] for r in listed)
@@ -621,7 +640,8 @@ def cmd_runs(args) -> int:
         hint = "" if legacy else " (manual runs are Legacy instances only: add --legacy)"
         print(f"no {'failed ' if args.failed else ''}{kind} match{hint}")
         return 0
-    sys.stdout.write((_instances_table if legacy else _runs_table)(listed, names, args.utc))
+    text = (_instances_table if legacy else _runs_table)(listed, names, args.utc)
+    sys.stdout.write(_with_hosts(text, listed))
     if len(listed) == args.limit:
         print(f"more: add --before {listed[-1]['id']}")
     return 0
@@ -787,7 +807,8 @@ def _use_language(lang: str) -> None:
 
 
 def _notify_tick(args, channels: list) -> int:
-    if not channels:
+    shared = not config.sqlite_file(config.load(config_file=args.config).db_url)
+    if not channels and not shared:
         # Nothing to send: crond's every-minute tick costs a start-up and no more.
         if args.verbose:
             print(_no_channel_note(args))
@@ -799,6 +820,12 @@ def _notify_tick(args, channels: list) -> int:
     # tick.sh says whether the service answered its request (watch/outage.py).
     answered = False if args.unanswered is not None else (True if args.answered else None)
     with database.connection_context():
+        if shared:  # a fleet on one PostgreSQL: this host is alive, its block up to date
+            from qlshadow.service import fleet
+            try:
+                fleet.tick(settings)
+            except crontab.CrontabError as exc:
+                print(f"qlshadow: crontab block not installed again: {exc}", file=sys.stderr)
         done = tick(settings, channels, answered=answered, why=args.unanswered or "")
     if args.verbose:
         print(" ".join(f"{key}={value}" for key, value in done.items()))
@@ -1047,6 +1074,12 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--name", help="display name (default: the command)")
     _tuning_arguments(q)
     q.add_argument("--json", action="store_true", help="print the new cron as JSON")
+    q.add_argument("--hosts", metavar="NAME,...",
+                   help="the hosts it runs on (QL_HOST_NAME), or '*' for every host sharing "
+                        "the database (default: this host)")
+    q.add_argument("--hosts-mode", choices=("each", "one"),
+                   help="each: every named host runs every firing (default); one: exactly "
+                        "one of them runs each firing")
     q = cronsub.add_parser("list", help="list crons, newest first")
     _output_options(q)
     q = cronsub.add_parser("show", help="show one cron")
@@ -1111,6 +1144,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "stopped, failed (instances)")
     p.add_argument("--since", type=_time, metavar="TIME", help="started at or after: " + TIME_HELP)
     p.add_argument("--until", type=_time, metavar="TIME", help="started before this time")
+    p.add_argument("--host", metavar="NAME", help="only those that ran on this host (QL_HOST_NAME)")
     p.add_argument("--cron", type=_cron_ref, metavar="CRON",
                    help="only executions of this cron (" + CRON_HELP + ")")
     p.add_argument("--limit", type=_positive, default=50, help="at most this many (default 50)")

@@ -30,7 +30,8 @@ def handle(raw: bytes, settings, runtime) -> tuple:
     now = int(time.time())
     shadow = settings.shadow_on and cb.execution_id is not NOT_GIVEN
     outcome, alerted = db.run_write(_write, runtime.pruner, cb, now, shadow,
-                                    settings.failure_cap, settings.shadow_savepoint)
+                                    settings.failure_cap, settings.shadow_savepoint,
+                                    runtime.host_id)
     # Committed: /health hears that writes work, and the Shadow outcome is counted (a
     # rolled-back one never is). A database error out of run_write wrote nothing; the web
     # adapter's error answer (views/errors.answer_for) records it.
@@ -40,15 +41,18 @@ def handle(raw: bytes, settings, runtime) -> tuple:
     return outcome, alerted
 
 
-def _write(pruner, cb, now: int, shadow: bool, failure_cap: int, fail_open: bool) -> tuple:
-    """The body of the callback's one transaction: (Shadow outcome, alerted cron ids)."""
+def _write(pruner, cb, now: int, shadow: bool, failure_cap: int, fail_open: bool,
+           host_id: int | None = None) -> tuple:
+    """The body of the callback's one transaction: (Shadow outcome, alerted cron ids);
+    host_id: this host's (None on SQLite)."""
     alerted = []  # filled by the Legacy rules, with no statement of its own
-    crons = apply_status_callback(cb, now, alerted)
+    crons = apply_status_callback(cb, now, alerted, host_id)
     # Bounded retention shares the callback's transaction, outside Shadow's savepoint.
     pruner.on_write(now)
     if not shadow:
         return "off", alerted
-    return (_observe or _load_writer())(cb, crons, now, failure_cap, fail_open), alerted
+    return (_observe or _load_writer())(cb, crons, now, failure_cap, fail_open,
+                                        host_id), alerted
 
 
 _observe = None

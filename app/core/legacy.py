@@ -125,6 +125,7 @@ _OPEN = RunningInstance.status == SQL(str(INSTANCE_RUNNING))
 _INSERT_INSTANCE = Statement(lambda: RunningInstance.insert({
     RunningInstance.cron: slot("id"), RunningInstance.pid: slot("pid"),
     RunningInstance.log_path: slot("log_path"), RunningInstance.started_at: slot("started"),
+    RunningInstance.host_id: slot("host_id"),
     RunningInstance.status: SQL(str(INSTANCE_RUNNING))}).returning())
 _CLOSE = {"finished_at": slot("now"), "exit_code": slot("exit_code"), "status": slot("status")}
 _CLOSE_INSTANCES = Statement(lambda: RunningInstance.update(_CLOSE).where(
@@ -133,7 +134,8 @@ _CLOSE_INSTANCES_NO_PID = Statement(lambda: RunningInstance.update(_CLOSE).where
     (RunningInstance.cron == slot("id")) & RunningInstance.pid.is_null() & _OPEN))
 
 
-def apply_status_callback(cb: StatusCallback, now: int, alerted: list | None = None) -> dict:
+def apply_status_callback(cb: StatusCallback, now: int, alerted: list | None = None,
+                          host_id: int | None = None) -> dict:
     """Apply rules 1-5 for every id inside the caller's transaction, and record an alert
     event where a finish changes a cron's alert state (events.py); the ids of those crons
     are appended to `alerted` when given (the in-service sender is woken for them).
@@ -154,7 +156,7 @@ def apply_status_callback(cb: StatusCallback, now: int, alerted: list | None = N
     update = _UPDATE_CRON_IDLE_LOG if idle and log_path is not None else _UPDATE_CRON
     if cb.status == CRON_RUNNING:  # rule 4
         instance, instance_values = _INSERT_INSTANCE, {
-            "pid": pid, "log_path": log_path,
+            "pid": pid, "log_path": log_path, "host_id": host_id,
             "started": started if started is not None and started > 0 else now}
     elif idle:  # rule 5 (whether or not rule 2 held the cron's fields back)
         exit_code = None if cb.exit_code is NOT_GIVEN else cb.exit_code

@@ -28,7 +28,7 @@ KEY = "qlshadow.core.runtime"  # where create_app keeps it: app.extensions[KEY]
 
 class Runtime:
     """The mutable state of one app; each part is safe to use from every request thread."""
-    __slots__ = ("tokens", "counters", "writes", "pruner", "database")
+    __slots__ = ("tokens", "counters", "writes", "pruner", "database", "host_id")
 
     def __init__(self, settings):
         self.tokens = TokenCache()
@@ -36,6 +36,7 @@ class Runtime:
         self.writes = db.WriteHealth()
         self.pruner = retention.Pruner(retention.policy_of(settings))
         self.database = None  # the app's own database, set by create_app once opened
+        self.host_id = None  # hosts.id that Runs and instances carry; None on SQLite (fleet.py)
 
 
 # --- clock steps ----------------------------------------------------------------------------

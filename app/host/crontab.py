@@ -115,6 +115,8 @@ def task_env(settings, cron: dict) -> list:
     # nothing.
     pairs += [(name, cron[field]) for name, field in HOOKS
               if cron.get(field) and cron[field].strip()]
+    if cron.get("hosts_mode") == "one":  # task.sh claims the firing first (core/fleet.py)
+        pairs.append(("QL_CLAIM", "1"))
     return pairs
 
 
@@ -249,12 +251,13 @@ def channels_configured(settings) -> bool:
     return any(value.strip() for key, value in values.items() if key not in _NOT_CHANNELS)
 
 
-def notify_line(settings) -> str:
+def notify_line(settings, fleet: bool = False) -> str:
     """The block's own line: shell/tick.sh every minute, which asks the running service to
     tick and starts `qlshadow notify` only when it does not answer (alerts.py, outage.py),
-    so crond is the only clock. With no channel configured a comment (nothing runs); in
-    node mode a comment, like every line."""
-    if not channels_configured(settings):
+    so crond is the only clock. With no channel configured a comment (nothing runs),
+    except on a host of a fleet (its tick records it and installs its block); in node mode
+    a comment, like every line."""
+    if not fleet and not channels_configured(settings):
         return NO_CHANNEL
     data = real_data_dir(settings)
     script = os.path.join(shell_dir(), "tick.sh")
@@ -274,13 +277,36 @@ def render_rows(settings, rows: list) -> tuple:
     """
     scripts = shell_dir()
     header = HEADER_SYSTEM if settings.scheduler == "system" else HEADER_NODE
-    lines = [line(settings, cron, scripts) for cron in rows]
+    from qlshadow.core.fleet import runs_on
+    # Only the crons that name this host: the others run elsewhere in the fleet.
+    lines = [line(settings, cron, scripts) for cron in rows if runs_on(cron, settings.host_name)]
     active = sum(1 for text in lines if not text.startswith("#"))
+    from qlshadow.config import sqlite_file
+    tick = notify_line(settings)
+    # A host of a fleet (several hosts on one PostgreSQL database) keeps its tick line
+    # installed, with no channel and no cron of its own: its tick is how it hears of a cron
+    # named for it later (the database is asked only when that changes the block).
+    if (tick == NO_CHANNEL or not active) and sqlite_file(settings.db_url) is None \
+            and _in_a_fleet():
+        tick = notify_line(settings, fleet=True)
+        if not tick.startswith("#"):
+            active = max(active, 1)
     if active + 1 > MAX_LINES_NON_ROOT and os.geteuid() != 0:
         raise CrontabError(f"{active} active crons and the notify line: BusyBox crond reads "
                            f"only the first {MAX_LINES_NON_ROOT} lines of a non-root user's "
                            "crontab")
-    return "".join(f"{text}\n" for text in [header] + lines + [notify_line(settings)]), active
+    return "".join(f"{text}\n" for text in [header] + lines + [tick]), active
+
+
+def _in_a_fleet() -> bool:
+    """True when more than one host has recorded itself in the database (core/fleet.py);
+    False with no database open (a block rendered from rows alone)."""
+    from qlshadow.storage.db import connected
+    from qlshadow.storage.models import Host, database
+    if database.obj is None:
+        return False
+    with connected():
+        return Host.select().limit(2).count() > 1
 
 
 def render(settings) -> str:
@@ -380,7 +406,8 @@ def notify_conf_text(settings, environ=None) -> str:
              ("QL_DB_TIMEOUT", str(settings.db_timeout)),
              ("QL3_SHADOW_ORIGINS", ",".join(sorted(settings.shadow_origins))),
              ("QL_RETENTION_DAYS", str(settings.retention_days)),
-             ("QL_LANG", settings.lang)]
+             ("QL_LANG", settings.lang),
+             ("QL_HOST_NAME", settings.host_name)]
     for key, value in sorted(notify_settings(environ, settings.config_file, ql_file=False).items()):
         if key in NOTIFY_MULTILINE_KEYS:
             value = value.replace("\r\n", "\n").replace("\n", "\\n")
@@ -484,7 +511,7 @@ RECORD = "crontab-settings.json"
 # the record, or it could read one crontab and install into another.
 INSTALL_KEYS = ("QL_CRONTAB_INSTALL", "QL_CRONTAB_LIST")
 RECORDED_KEYS = ("QL_SCHEDULER", "QL_CRONTAB_FILE", "QL_BASE_URL", "QL_CALLBACK_TIMEOUT",
-                 "QL_SCRIPTS_DIR", "QL_NOTIFY_FILE", "QL_ENV_FILE")
+                 "QL_SCRIPTS_DIR", "QL_NOTIFY_FILE", "QL_ENV_FILE", "QL_HOST_NAME")
 
 
 def _record_values(settings) -> dict:
@@ -497,7 +524,8 @@ def _record_values(settings) -> dict:
             # runner.env's paths for ql-task.sh: a CLI change rewrites runner.env too.
             "QL_SCRIPTS_DIR": _real_or_empty(settings.scripts_dir),
             "QL_NOTIFY_FILE": _real_or_empty(settings.notify_file),
-            "QL_ENV_FILE": _real_or_empty(settings.env_file)}
+            "QL_ENV_FILE": _real_or_empty(settings.env_file),
+            "QL_HOST_NAME": settings.host_name}
 
 
 def _real_or_empty(path: str | None) -> str:

@@ -11,6 +11,7 @@ from qlshadow.errors import InvalidInput, NotFound
 from qlshadow.storage.models import (DEFINITION_FIELDS, REQUIRED_FIELDS, Cron, RunningInstance,
                                      storable)
 from qlshadow.parse import INT64_MAX, TIME_MAX, parse_ids, to_int
+from qlshadow.core import fleet
 from qlshadow.core.schedule import check_schedule, quiet_minutes
 
 MAX_TEXT = 4096
@@ -147,6 +148,9 @@ def _quiet(value, key: str):
 _MONITOR_CHECKS = {"grace": _grace, "alert_after": _alert_after, "max_runtime": _max_runtime,
                    "quiet": _quiet}
 TUNING_FIELDS = ("alert_after", "max_runtime", "quiet", "snooze_until")
+# Where the cron runs (core/fleet.py): also outside the task revision; a change of them
+# changes crontab blocks, so each host named before or after installs its own again.
+_FLEET_CHECKS = {"hosts": fleet.check_hosts, "hosts_mode": fleet.check_mode}
 
 
 def validate(data, partial: bool) -> dict:
@@ -158,6 +162,9 @@ def validate(data, partial: bool) -> dict:
         if key in data or (not partial and key in REQUIRED_FIELDS):
             values[key] = check(data.get(key), key)
     for key, check in _MONITOR_CHECKS.items():
+        if key in data:
+            values[key] = check(data[key], key)
+    for key, check in _FLEET_CHECKS.items():
         if key in data:
             values[key] = check(data[key], key)
     return values
@@ -187,10 +194,13 @@ def create(data, settings=None, cron_id: int | None = None) -> dict:
     """
     values = validate(data, partial=False)
     _fits(settings, values)
+    if "hosts" not in values:  # made on this host: it runs here only
+        values["hosts"] = fleet.check_hosts([settings.host_name] if settings else [fleet.ALL])
     now = int(time.time())
     if cron_id is not None:
         values["id"] = cron_id
     cron_id = Cron.insert(created_at=now, updated_at=now, **values).execute()
+    fleet.want_blocks(None, values)
     return get(cron_id)
 
 
@@ -212,6 +222,7 @@ def update(data, settings=None) -> dict:
         if any(key in DEFINITION_FIELDS for key in values):
             values["updated_at"] = int(time.time())
         Cron.update(**values).where(Cron.id == cron_id).execute()
+        fleet.want_blocks(current, {**current, **values})
     return get(cron_id)
 
 
@@ -225,12 +236,20 @@ def require(ids: list) -> None:
 
 def delete(ids: list) -> int:
     """Delete crons and their instances; unknown ids are skipped (2.x)."""
+    _want_blocks_of(ids)
     RunningInstance.delete().where(RunningInstance.cron.in_(ids)).execute()
     return Cron.delete().where(Cron.id.in_(ids)).execute()
 
 
+def _want_blocks_of(ids: list) -> None:
+    """The hosts these crons run on install their blocks again (core/fleet.py)."""
+    for (hosts,) in Cron.select(Cron.hosts).where(Cron.id.in_(ids)).distinct().tuples():
+        fleet.want_blocks(None, {"hosts": hosts})
+
+
 def set_disabled(ids: list, disabled: bool) -> int:
     """Disable or enable crons; unknown ids are skipped (2.x)."""
+    _want_blocks_of(ids)
     return (Cron.update(is_disabled=int(disabled), updated_at=int(time.time()))
             .where(Cron.id.in_(ids)).execute())
 
@@ -261,6 +280,7 @@ def to_json(row: dict) -> dict:
         "last_execution_time": row["last_execution_time"],
         "last_running_time": row["last_running_time"], "isDisabled": row["is_disabled"],
         "createdAt": row["created_at"], "updatedAt": row["updated_at"],
+        "hosts": fleet.cron_hosts(row.get("hosts")), "hosts_mode": fleet.mode(row),
     })
     doc.update((key, row[key]) for key in TUNING_FIELDS)
     doc["snooze_until"] = snoozed_until(row["snooze_until"])
@@ -316,14 +336,15 @@ def snoozed_until(stored, now: int | None = None):
     return stored if stored is not None and stored > now else None
 
 
-def instances(cron_id: int, limit: int) -> list:
-    """A cron's Legacy instances, newest first."""
+def instances(cron_id: int, limit: int, host: str | None = None) -> list:
+    """A cron's Legacy instances, newest first (of one host, by name)."""
     get(cron_id)
-    return list_instances(cron_id, None, limit, None)
+    return list_instances(cron_id, None, limit, None, host=host)
 
 
 def list_instances(cron_id: int | None, status: int | None, limit: int, before: int | None,
-                   since: int | None = None, until: int | None = None) -> list:
+                   since: int | None = None, until: int | None = None,
+                   host: str | None = None) -> list:
     """Legacy instances of every cron (or one), newest first; before= (an instance id) pages on.
 
     since/until bound started_at (until excluded); status keeps one RunningInstance status
@@ -340,7 +361,11 @@ def list_instances(cron_id: int | None, status: int | None, limit: int, before: 
         query = query.where(RunningInstance.started_at >= since)
     if until is not None:
         query = query.where(RunningInstance.started_at < until)
+    if host is not None:  # the instances of one host (core/fleet.py)
+        query = query.where(fleet.host_filter(RunningInstance.host_id, host))
     rows = query.order_by(RunningInstance.id.desc()).limit(limit).dicts()
+    hosts = fleet.host_names()
     return [{"id": r["id"], "cron_id": r["cron"], "pid": r["pid"], "log_path": r["log_path"],
              "started_at": r["started_at"], "finished_at": r["finished_at"],
-             "status": r["status"], "exit_code": r["exit_code"]} for r in rows]
+             "status": r["status"], "exit_code": r["exit_code"],
+             "host": hosts.get(r["host_id"])} for r in rows]

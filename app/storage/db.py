@@ -229,7 +229,7 @@ def open_database(settings, create: bool = True) -> tuple:
         schema.check_version()
         return db, ""
     try:
-        return db, schema.upgrade_schema(failure_cause)
+        return db, schema.upgrade_schema(failure_cause, getattr(settings, "host_name", None))
     except OperationalError as exc:
         if is_sqlite(db):
             raise Unavailable(f"cannot open the SQLite database {db.database}: "

@@ -140,6 +140,12 @@ class Cron(BaseModel):
     max_runtime = IntegerField(null=True)
     quiet = TextField(null=True)
     snooze_until = BigIntegerField(null=True)
+    # The hosts the cron runs on (a fleet sharing one PostgreSQL database): a JSON list of
+    # host names, or ["*"] for every host; null reads as ["*"]. hosts_mode "one": exactly one
+    # of them runs each firing (claims below); null or "each": every one of them does.
+    # Where it runs, not what: not part of the task revision. Last, added by a schema step.
+    hosts = TextField(null=True)
+    hosts_mode = TextField(null=True)
 
     class Meta:
         table_name = "crons"
@@ -155,6 +161,8 @@ class RunningInstance(BaseModel):
     finished_at = BigIntegerField(null=True)
     status = SmallIntegerField(default=INSTANCE_RUNNING)
     exit_code = IntegerField(null=True)
+    # hosts.id of the host it ran on; null on a database only one host has ever used.
+    host_id = IntegerField(null=True)
 
     class Meta:
         table_name = "running_instances"
@@ -228,6 +236,9 @@ class ShadowRun(BaseModel):
     # 1 when the first callback was "running"; 2 as well, and the Run was then closed as
     # lost at a reboot (LOST_AT_REBOOT; it has finished_at and no exit code).
     created_running = SmallIntegerField()
+    # hosts.id of the host it ran on (a small integer, a byte or two); null where only one
+    # host uses the database (SQLite): nothing stored.
+    host_id = IntegerField(null=True)
 
     class Meta:
         table_name = "shadow_runs"
@@ -354,5 +365,40 @@ class ServiceOutage(BaseModel):
         table_name = "service_outages"
 
 
+
+class Host(BaseModel):
+    """A host of the fleet: each qlshadow sharing the database under its QL_HOST_NAME records
+    itself when it starts and at each tick (core/fleet.py). Runs and instances name it by
+    id. block_wanted is raised by a cron change that alters the host's crontab block,
+    block_installed is what the host last installed: its tick installs again when they
+    differ (the fleet revision, compared in the row the tick writes anyway)."""
+    id = AutoField()
+    name = TextField(unique=True)
+    version = TextField()
+    first_seen = BigIntegerField()
+    last_seen = BigIntegerField()
+    block_wanted = BigIntegerField(default=0)
+    block_installed = BigIntegerField(default=0)
+    # "silent" once alerted as silent, null once alerted back (or never): the compare-and-set
+    # that makes one tick of the whole fleet send each change (watch/alerts.py).
+    alert_state = TextField(null=True)
+
+    class Meta:
+        table_name = "hosts"
+
+
+class Claim(BaseModel):
+    """One firing of a `one`-mode cron, taken by the first host that asked (core/fleet.py):
+    the key (cron_id, firing) decides, so the others do not run it."""
+    cron_id = BigIntegerField()
+    firing = BigIntegerField()  # the firing's instant, as the claiming host's clock read it
+    host_id = IntegerField()
+    at = BigIntegerField()
+
+    class Meta:
+        table_name = "claims"
+        primary_key = CompositeKey("cron_id", "firing")
+
+
 ALL_MODELS = (Cron, RunningInstance, App, Token, ShadowRun, ShadowFailure, AlertEvent,
-              AlertDelivery, HostBoot, ClockStep, ServiceOutage)
+              AlertDelivery, HostBoot, ClockStep, ServiceOutage, Host, Claim)

@@ -7,9 +7,11 @@ service at start-up, a CLI command). When it differs, that process, in one trans
 closes every open Run (finished_at now, never before its start; no exit code; marked
 LOST_AT_REBOOT) with the Legacy instances and crons still running, and records the
 new boot; a compare-and-set on the row makes two processes starting at once do it once.
-Runs carry no host, so only a SQLite database, which one host has by construction, closes
-them: on PostgreSQL, which several hosts may share, a reboot of one must not end the others'
-Runs, and the boot is only recorded.
+On SQLite, which one host has by construction, that is every open Run. On PostgreSQL,
+which several hosts may share (core/fleet.py), a reboot of one must not end the others'
+Runs: only the Runs and instances that carry this host's id are closed, and only the
+crons left with no open instance anywhere become idle. Rows from before the fleet carry no
+host and are left as they are.
 """
 from __future__ import annotations
 
@@ -62,23 +64,33 @@ def note_boot(db, current: str | None = None, now: int | None = None,
         won = db.execute_sql(f'UPDATE "host_boots" SET "boot_id" = {q}, "seen_at" = {q} '
                              f'WHERE "host" = {q} AND "boot_id" = {q}',
                              (current, now, host, row[0])).rowcount
-        if won and one_host:
+        mine, params = "", ()
+        if won and not one_host:  # a shared database: this host's rows only
+            host_id = db.execute_sql(f'SELECT "id" FROM "hosts" WHERE "name" = {q}',
+                                     (host,)).fetchone()
+            won = host_id is not None  # never seen in the fleet: it has no Runs to close
+            mine, params = f' AND "host_id" = {q}', (host_id[0] if host_id else None,)
+        if won:
             # A scan of the Run table, once per boot: no index holds the open Runs, and one
             # would be a page written by every callback.
             # Never before its start: a router's clock at boot may still be behind (it
             # starts from a file's time until NTP steps it).
             closed = db.execute_sql(f'UPDATE "shadow_runs" SET "finished_at" = CASE WHEN '
                                     f'"accepted_at" > {q} THEN "accepted_at" ELSE {q} END, '
-                                    f'"created_running" = {q} WHERE "finished_at" IS NULL',
-                                    (now, now, LOST_AT_REBOOT)).rowcount
+                                    f'"created_running" = {q} WHERE "finished_at" IS NULL'
+                                    + mine, (now, now, LOST_AT_REBOOT, *params)).rowcount
             # Their Legacy side as well, in 2.x's words: the instance stopped (status 2,
             # no exit code), the cron idle, as QingLong makes its running crons at its own
             # start. Else health would call each such cron running, then stuck.
             db.execute_sql(f'UPDATE "running_instances" SET "status" = {INSTANCE_STOPPED}, '
                            f'"finished_at" = CASE WHEN "started_at" > {q} THEN "started_at" '
-                           f'ELSE {q} END WHERE "status" = {INSTANCE_RUNNING}', (now, now))
+                           f'ELSE {q} END WHERE "status" = {INSTANCE_RUNNING}' + mine,
+                           (now, now, *params))
+            still_open = ("" if one_host else
+                          f' AND NOT EXISTS (SELECT 1 FROM "running_instances" AS "i" WHERE '
+                          f'"i"."cron_id" = "crons"."id" AND "i"."status" = {INSTANCE_RUNNING})')
             db.execute_sql(f'UPDATE "crons" SET "status" = {CRON_IDLE} '
-                           f'WHERE "status" = {CRON_RUNNING}')
+                           f'WHERE "status" = {CRON_RUNNING}' + still_open)
     if closed:
         log.warning("%d Run(s) left running by the boot before were closed as lost at reboot",
                     closed)

@@ -26,8 +26,8 @@ from peewee import (BigIntegerField, CompositeKey, Database, DatabaseError, Inte
 
 from qlshadow.errors import Unavailable
 from qlshadow.storage.models import (ALL_MODELS, AlertDelivery, AlertEvent, App, BaseModel,
-                                     ClockStep, Cron, HostBoot, RunningInstance, ShadowFailure,
-                                     ServiceOutage, ShadowRun, Token, database)
+                                     Claim, ClockStep, Cron, Host, HostBoot, RunningInstance,
+                                     ServiceOutage, ShadowFailure, ShadowRun, Token, database)
 from qlshadow.storage.peewee_compat import create_indexes, create_table, set_without_rowid
 
 log = logging.getLogger("qlshadow")
@@ -349,6 +349,23 @@ def _step_service_outage(db: Database) -> None:
     add_table(db, ServiceOutage)
 
 
+def _step_hosts(db: Database) -> str | None:
+    """Version 8: the fleet: the hosts table, each cron's hosts and hosts mode, the claims of `one`
+    crons, and the host of each Run and instance. Crons from before keep running where
+    they ran, on every host that shares the database (["*"])."""
+    add_table(db, Host)
+    add_table(db, Claim)
+    for name in ("hosts", "hosts_mode"):
+        add_column(db, Cron, name)
+    add_column(db, RunningInstance, "host_id")
+    add_column(db, ShadowRun, "host_id")
+    kept = db.execute_sql('UPDATE "crons" SET "hosts" = \'["*"]\' WHERE "hosts" IS NULL').rowcount
+    if kept:
+        return (f"{kept} cron(s) from before hosts were named run on every host sharing the "
+                'database (hosts ["*"]), as they did')
+    return None
+
+
 # (what the step does, in words that follow "cannot" in an error; the step). Step n brings
 # version n - 1 to version n and returns a line to log once it is committed, or None.
 # Append only: never reorder or edit a step that has shipped. Step 1 builds tables from
@@ -362,6 +379,7 @@ STEPS = (
     ("add the host boot and clock step tables", _step_host_clock),
     ("add the crons' alert tuning columns", _step_alert_tuning),
     ("add the service outage record", _step_service_outage),
+    ("add hosts and the crons' host fields", _step_hosts),
 )
 LATEST = len(STEPS)
 
@@ -373,7 +391,8 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
-def upgrade_schema(cause: Callable[[BaseException], str] = _first_line) -> str:
+def upgrade_schema(cause: Callable[[BaseException], str] = _first_line,
+                   host_name: str | None = None) -> str:
     """Bring the bound database to the latest version (fresh: create and stamp it).
 
     Returns the journal mode on SQLite ("wal" unless the filesystem refused it), "" otherwise.
@@ -393,7 +412,7 @@ def upgrade_schema(cause: Callable[[BaseException], str] = _first_line) -> str:
             mode = db.execute_sql("PRAGMA journal_mode=wal").fetchone()[0].lower()
         if _current(db) == LATEST and not _missing_tables(db):  # the usual start: no lock
             move_old_runs(db)
-            _note_boot(db)
+            _note_boot(db, host_name)
             return mode
         if sqlite:
             waited = db.execute_sql("PRAGMA busy_timeout").fetchone()[0]
@@ -404,15 +423,16 @@ def upgrade_schema(cause: Callable[[BaseException], str] = _first_line) -> str:
         finally:
             if sqlite:
                 db.execute_sql(f"PRAGMA busy_timeout = {waited}")
-        _note_boot(db)
+        _note_boot(db, host_name)
     return mode
 
 
-def _note_boot(db: Database) -> None:
-    """Close the Runs a reboot left open (storage/reboot.py); a failure only delays it."""
+def _note_boot(db: Database, host_name: str | None = None) -> None:
+    """Close the Runs a reboot left open (storage/reboot.py); a failure only delays it.
+    host_name: QL_HOST_NAME (None: the system's)."""
     from qlshadow.storage.reboot import note_boot
     try:
-        note_boot(db)
+        note_boot(db, host=host_name)
     except DatabaseError as exc:
         log.warning("cannot record this boot, so Runs left open by a reboot stay open until "
                     "the next start: %s", _first_line(exc))

@@ -203,8 +203,11 @@ def render(counters: Counters, settings=None, policy=None) -> str:
     from qlshadow import __version__
     counts = counters.snapshot()
     out = _Text()
+    build = {"version": __version__}
+    if settings is not None:
+        build["host"] = settings.host_name  # QL_HOST_NAME: which host of a fleet answers
     out.family("qlshadow_build_info", "gauge", "Version of the running qlshadow.",
-               [({"version": __version__}, 1)])
+               [(build, 1)])
     out.family("qlshadow_callbacks", "counter",
                "Status callbacks answered since start, by result.",
                [({"result": k}, v) for k, v in sorted(counts["callbacks"].items())])
@@ -215,7 +218,7 @@ def render(counters: Counters, settings=None, policy=None) -> str:
                "Requests whose database work failed and was rolled back, since start.",
                [({}, counts["write_errors"])])
     from peewee import DatabaseError, InterfaceError
-    healths = failures = notifications = delays = None
+    healths = failures = notifications = delays = hosts = None
     try:
         sizes, runs, finishes = storage_bytes(), runs_by_state(), last_finishes()
         if settings is not None:
@@ -227,11 +230,14 @@ def render(counters: Counters, settings=None, policy=None) -> str:
             failures = cron_failures()
             from qlshadow.watch import alerts
             notifications, delays = alerts.counts_by_channel(), alerts.delays()
+            from qlshadow.core.fleet import hosts_listing
+            from qlshadow.storage.db import is_sqlite
+            hosts = hosts_listing(one_host=is_sqlite())
     except (DatabaseError, InterfaceError):
         # The counters matter most while the database fails: answer them without its part.
         from qlshadow.storage.db import discard_connection
         discard_connection()
-        sizes = runs = finishes = healths = notifications = delays = None
+        sizes = runs = finishes = healths = notifications = delays = hosts = None
     out.family("qlshadow_database_up", "gauge",
                "1 when the database answered this scrape's reads, else 0.",
                [({}, 0 if sizes is None else 1)])
@@ -272,6 +278,13 @@ def render(counters: Counters, settings=None, policy=None) -> str:
                     for (channel, outcome), n in sorted(counts.items())])
     if delays is not None:
         _delay_histogram(out, *delays)
+    if hosts is not None:
+        out.family("qlshadow_fleet_host_last_seen_timestamp_seconds", "gauge",
+                   "When each host sharing the database last started or ticked (Unix time).",
+                   [({"host": h["name"]}, h["last_seen"]) for h in hosts])
+        out.family("qlshadow_fleet_host_silent", "gauge",
+                   "1 when the host's tick has not been seen for 3 minutes, else 0.",
+                   [({"host": h["name"]}, int(h["state"] == "silent")) for h in hosts])
     if settings is not None:
         _host_families(out, settings)
     rss = process_rss_bytes()

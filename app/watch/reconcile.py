@@ -112,8 +112,11 @@ _BY_CRON = '"accepted_at" >= ? AND "accepted_at" < ? AND '
 
 # Firings are matched with Runs by minute: shadow_runs_cron (cron_id, accepted_at, id) alone
 # answers both (no row is read), the second in its own order.
-_RUN_MINUTES = ('SELECT "accepted_at" / 60, COUNT(*) FROM "shadow_runs" WHERE "cron_id" = ? '
-                'AND "accepted_at" >= ? AND "accepted_at" < ? GROUP BY "accepted_at" / 60')
+# Per minute and host: an `each` cron runs once per firing on each host it names, a `one`
+# cron once per firing in the whole fleet (core/fleet.py).
+_RUN_MINUTES = ('SELECT "accepted_at" / 60, "host_id", COUNT(*) FROM "shadow_runs" '
+                'WHERE "cron_id" = ? AND "accepted_at" >= ? AND "accepted_at" < ? '
+                'GROUP BY "accepted_at" / 60, "host_id"')
 _RUN_IDS = ('SELECT "id" FROM "shadow_runs" WHERE "cron_id" = ? AND "accepted_at" >= ? '
             'AND "accepted_at" < ? ORDER BY "accepted_at", "id"')
 # The window's instances are read once, through running_instances_cron (cron_id, id): all of
@@ -313,7 +316,13 @@ def _cron_report(cron: dict, since: int, until: int, now: int, judge: _Judge,
                   else dict.fromkeys(("running", "stuck", "finish_lost"), 0))
     stuck = conditions["stuck"]
     revisions = {low, high} - {None}  # two values exactly when the Runs carry several
-    per_minute = {int(m): int(n) for m, n in execute(_sql(_RUN_MINUTES), (cid, since, until))}
+    per_minute: dict = {}
+    per_host = {}  # the most Runs one host made in each minute
+    for m, _host, n in execute(_sql(_RUN_MINUTES), (cid, since, until)):
+        per_minute[int(m)] = per_minute.get(int(m), 0) + int(n)
+        per_host[int(m)] = max(per_host.get(int(m), 0), int(n))
+    if cron.get("hosts_mode") == "one":  # never twice anywhere
+        per_host = per_minute
 
     report = {
         "cron_id": cid, "name": cron["name"], "schedule": cron["schedule"],
@@ -361,7 +370,7 @@ def _cron_report(cron: dict, since: int, until: int, now: int, judge: _Judge,
         n = per_minute.get(at // 60, 0)
         if n:
             matched += n
-            if n > 1:
+            if per_host[at // 60] > 1:
                 # A clock set back makes crond run its minutes again: not two daemons.
                 (stepped if in_clock_step(at, steps) else double).append(at)
             continue

@@ -51,12 +51,25 @@ def channels_for(settings) -> list:
 
 def tick_once(settings, database) -> None:
     """One tick over database (bound to this thread by the caller), the service answering."""
+    from qlshadow.config import sqlite_file
     from qlshadow.watch.alerts import tick
     try:
         with database.connection_context():
+            if sqlite_file(settings.db_url) is None:
+                _fleet_tick(settings)
             tick(settings, channels_for(settings), answered=True)
     except Exception:  # a thread's error reaches nobody else: the service's log says it
         log.exception("the tick failed")
+
+
+def _fleet_tick(settings) -> None:
+    """A host of a fleet on PostgreSQL: seen now, its crontab block brought up to date."""
+    from qlshadow.host.crontab import CrontabError
+    from qlshadow.service import fleet
+    try:
+        fleet.tick(settings)
+    except CrontabError as exc:
+        log.warning("crontab block not installed again: %s", exc)
 
 
 def _run(ticker: Ticker, settings, database) -> None:

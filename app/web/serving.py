@@ -298,7 +298,9 @@ def _startup_crontab(settings) -> None:
         print(f"qlshadow: warning: the notify tick cannot get this server's settings: {exc}",
               file=sys.stderr, flush=True)
     if not os.path.exists(settings.crontab_file):
-        return
+        from qlshadow.service.fleet import joins
+        if not joins(settings):  # a new host of a fleet installs the crons naming it
+            return
     try:
         crontab.sync(settings)
     except crontab.CrontabError as exc:

@@ -6,6 +6,7 @@ import re
 from peewee import Tuple
 
 from qlshadow.storage.models import LOST_AT_REBOOT, ShadowFailure, ShadowRun
+from qlshadow.core.fleet import host_filter, host_names
 from qlshadow.core.shadow import LOST_AT_REBOOT_WORDS, ORIGINS, TRIGGERS, run_state
 from qlshadow.core.shadow.ids import (MAX_SECONDS, PROJECT_ID, attempt_id, request_id_of,
                                       seconds_of_run_id, uuid_bytes, uuid_text)
@@ -49,8 +50,8 @@ def logical_row(stored: dict) -> dict:
     }
 
 
-def to_json(stored: dict) -> dict:
-    """The logical Run, Attempt and Events of one stored row."""
+def to_json(stored: dict, hosts: dict | None = None) -> dict:
+    """The logical Run, Attempt and Events of one stored row; hosts: fleet.host_names()."""
     row = logical_row(stored)
     events = []
     for seq, item in enumerate(row["events"].split(), 1):
@@ -67,6 +68,7 @@ def to_json(stored: dict) -> dict:
         "scheduled_at": row["accepted_at"], "state": row["state"],
         "exit_code": row["exit_code"], "finished_at": row["finished_at"],
         "recorded_at": row["recorded_at"],
+        "host": (hosts or {}).get(stored.get("host_id")),
         "attempt": {"id": row["attempt_id"], "run_id": row["id"], "number": 1,
                     "state": row["state"], "pid": row["pid"], "log_path": row["log_path"],
                     "started_at": row["started_at"], "exited_at": row["finished_at"],
@@ -76,11 +78,12 @@ def to_json(stored: dict) -> dict:
 
 
 def list_runs(cron_id: int | None, state: str | None, limit: int, before: str | None, *,
-              since: int | None = None, until: int | None = None, failed: bool = False) -> list:
+              since: int | None = None, until: int | None = None, failed: bool = False,
+              host: str | None = None) -> list:
     """Runs newest first by run id (which orders by accepted_at); before= pages on.
 
     since/until bound accepted_at (until excluded); failed keeps exited Runs whose exit
-    code is not 0.
+    code is not 0; host keeps the Runs of one host (by name).
 
     The order is written (accepted_at, id): the same order as id alone, since a run id
     begins with its accepted seconds, but the one that the table's key and the index
@@ -99,6 +102,9 @@ def list_runs(cron_id: int | None, state: str | None, limit: int, before: str | 
         query = query.where(ShadowRun.accepted_at >= since)
     if until is not None:
         query = query.where(ShadowRun.accepted_at < until)
+    hosts = host_names()
+    if host is not None:
+        query = query.where(host_filter(ShadowRun.host_id, host))
     if before is not None:
         # Any UUID works as a cursor: a Run sorts before it exactly when its accepted
         # seconds are below the cursor's whole seconds, or equal with a smaller id.
@@ -106,7 +112,7 @@ def list_runs(cron_id: int | None, state: str | None, limit: int, before: str | 
         query = query.where(Tuple(ShadowRun.accepted_at, ShadowRun.id)
                              < Tuple(seconds, uuid_bytes(before)))
     query = query.order_by(ShadowRun.accepted_at.desc(), ShadowRun.id.desc()).limit(limit)
-    return [to_json(r) for r in query.dicts()]
+    return [to_json(r, hosts) for r in query.dicts()]
 
 
 def get_run(run_id: str) -> dict | None:
@@ -117,7 +123,7 @@ def get_run(run_id: str) -> dict | None:
     row = (ShadowRun.select()
            .where(ShadowRun.accepted_at == seconds, ShadowRun.id == uuid_bytes(run_id))
            .dicts().get_or_none())
-    return to_json(row) if row else None
+    return to_json(row, host_names()) if row else None
 
 
 def list_failures(limit: int, before: int | None) -> list:

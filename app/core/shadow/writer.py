@@ -12,7 +12,7 @@ import logging
 from contextlib import nullcontext
 from operator import itemgetter
 
-from peewee import fn
+from peewee import SQL, fn
 
 from qlshadow.storage.db import Statement, savepoint, slot
 from qlshadow.core.legacy import NOT_GIVEN, StatusCallback
@@ -26,9 +26,10 @@ log = logging.getLogger("qlshadow.shadow")
 ORIGIN = "scheduled_system"
 ORIGIN_CODE = ORIGINS.index(ORIGIN)
 RANK = {state: rank for rank, state in enumerate(RUN_STATES)}
-# The seven fields an exact replay must match, in the order drift is reported.
+# The fields an exact replay must match, in the order drift is reported: the seven of
+# CONTRACT §3 and the host the Run ran on (core/fleet.py).
 REPLAY_FIELDS = ("id", "attempt_id", "task_revision", "cron_id", "origin", "request_id",
-                 "accepted_at")
+                 "accepted_at", "host")
 DETAIL_MAX = 500
 # A valid execution_id has at most 62 characters; an invalid one may be as long as the
 # body, and a thousand of those would fill a router's flash, so it is kept truncated.
@@ -59,7 +60,8 @@ def cron_revision(cron: dict) -> str:
     return revision
 
 
-def observe(cb: StatusCallback, crons: dict, now: int, failure_cap: int, fail_open: bool = True) -> str:
+def observe(cb: StatusCallback, crons: dict, now: int, failure_cap: int, fail_open: bool = True,
+            host_id: int | None = None) -> str:
     """Admit, replay or refuse one callback that carries an execution_id.
 
     Returns the outcome name (for logs and tests); the HTTP answer never depends on it.
@@ -95,7 +97,7 @@ def observe(cb: StatusCallback, crons: dict, now: int, failure_cap: int, fail_op
         # every time, kept prepared by the driver instead of parsed on each callback.
         # fail_open=False (Settings.shadow_savepoint) leaves the savepoint out: what it costs.
         with savepoint("shadow") if fail_open else nullcontext():
-            outcome, drift = _admit(cb, cron, request_id, seconds, now)
+            outcome, drift = _admit(cb, cron, request_id, seconds, now, host_id)
     except Exception as exc:  # fail open: not only database errors, any defect here too
         log.warning("Shadow write for %s failed: %s: %s", request_id, type(exc).__name__,
                     str(exc).splitlines()[0] if str(exc) else "")
@@ -107,7 +109,8 @@ def observe(cb: StatusCallback, crons: dict, now: int, failure_cap: int, fail_op
     return outcome
 
 
-def _admit(cb: StatusCallback, cron: dict, request_id: str, seconds: int, now: int):
+def _admit(cb: StatusCallback, cron: dict, request_id: str, seconds: int, now: int,
+           host_id: int | None = None):
     target = "running" if cb.status == 0 else "exited"
     pid = None if cb.pid is NOT_GIVEN else cb.pid
     log_path = None if cb.log_path is NOT_GIVEN else cb.log_path
@@ -126,7 +129,7 @@ def _admit(cb: StatusCallback, cron: dict, request_id: str, seconds: int, now: i
               "accepted_at": seconds, "id": uuid_bytes(run_id(request_id, seconds)),
               "request_uuid": request_uuid(request_id),
               "task_revision": bytes.fromhex(revision), "cron_id": cron["id"],
-              "origin": ORIGIN_CODE}
+              "origin": ORIGIN_CODE, "host_id": host_id}
     if target == "exited":
         # The usual finish: its start made the Run, so one compare-and-set moves it to
         # exited when every replay field matches and it has not exited yet. Anything else
@@ -141,7 +144,7 @@ def _admit(cb: StatusCallback, cron: dict, request_id: str, seconds: int, now: i
         return "created", ()
     stored = _load(values)  # it existed, or another transaction inserted it first
 
-    drift = _drift(stored, request_id, seconds, revision, cron["id"])
+    drift = _drift(stored, request_id, seconds, revision, cron["id"], host_id)
     if drift:
         return "drift", drift
     if RANK[target] <= RANK[run_state(stored["finished_at"])]:
@@ -165,7 +168,9 @@ def _key():
 
 
 _MATCHED = ("request_uuid", "task_revision", "cron_id", "origin")  # stored replay fields
-_LOAD_FIELDS = _MATCHED + ("finished_at", "pid", "log_path")
+_LOAD_FIELDS = _MATCHED + ("finished_at", "pid", "log_path", "host_id")
+# The host is a replay field too; null on SQLite (one host), so compared through COALESCE.
+_NO_HOST = SQL("0")
 _LOAD_RUN = Statement(lambda: ShadowRun.select(
     *(getattr(ShadowRun, f) for f in _LOAD_FIELDS)).where(_key()))
 _INSERT_RUN = Statement(lambda: ShadowRun.insert({
@@ -174,6 +179,7 @@ _INSERT_RUN = Statement(lambda: ShadowRun.insert({
     ShadowRun.finished_at: slot("finished_at"), ShadowRun.exit_code: slot("exit_code"),
     ShadowRun.created_after: slot("created_after"),
     ShadowRun.created_running: slot("created_running"),
+    ShadowRun.host_id: slot("host_id"),
     **{getattr(ShadowRun, f): slot(f) for f in ("accepted_at", "id") + _MATCHED}})
     .on_conflict(conflict_target=[ShadowRun.accepted_at, ShadowRun.id],
                  action="NOTHING").returning())
@@ -188,6 +194,7 @@ def _finish_run():
     where = _key() & ShadowRun.finished_at.is_null()
     for f in _MATCHED:
         where &= getattr(ShadowRun, f) == slot(f)
+    where &= fn.COALESCE(ShadowRun.host_id, _NO_HOST) == fn.COALESCE(slot("host_id"), _NO_HOST)
     return ShadowRun.update({
         ShadowRun.finished_at: slot("now"),
         ShadowRun.exit_code: slot("exit_code"),
@@ -198,7 +205,8 @@ def _finish_run():
 _FINISH_RUN = Statement(_finish_run)
 
 
-def _drift(stored: dict, request_id: str, seconds: int, revision: str, cron_id: int) -> tuple:
+def _drift(stored: dict, request_id: str, seconds: int, revision: str, cron_id: int,
+           host_id: int | None = None) -> tuple:
     """The replay fields (REPLAY_FIELDS order) in which a stored Run differs from a callback.
 
     id and accepted_at matched by finding the Run under its key; the others are compared as
@@ -210,7 +218,8 @@ def _drift(stored: dict, request_id: str, seconds: int, revision: str, cron_id: 
              "task_revision": bytes(stored["task_revision"]).hex() == revision,
              "cron_id": stored["cron_id"] == cron_id,
              "origin": ORIGINS[stored["origin"]] == ORIGIN,
-             "request_id": stored_request == request_id, "accepted_at": True}
+             "request_id": stored_request == request_id, "accepted_at": True,
+             "host": stored["host_id"] == host_id}
     return tuple(f for f in REPLAY_FIELDS if not found[f])
 
 

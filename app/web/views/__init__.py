@@ -12,8 +12,8 @@ from qlshadow.storage import db, retention
 from qlshadow.core.auth import ensure_system_app
 from qlshadow.core.runtime import KEY as RUNTIME_KEY
 from qlshadow.core.runtime import Runtime
-from qlshadow.web.views import (auth, callback, crons, errors, health, metrics, notifications, page,
-                                reconcile, runs, tick)
+from qlshadow.web.views import (auth, callback, crons, errors, fleet, health, metrics,
+                                notifications, page, reconcile, runs, tick)
 from qlshadow.web.views.common import PathId
 from qlshadow.web.views.errors import ApiError
 
@@ -37,6 +37,8 @@ def create_app(settings: config.Settings | None = None, init_db: bool = True) ->
     if init_db:
         with database.connection_context(), db.write_transaction():
             ensure_system_app()
+        from qlshadow.core.fleet import start as record_host  # once: the callbacks carry its id
+        app.extensions[RUNTIME_KEY].host_id = record_host(settings, db.is_sqlite())
         if db.is_sqlite():
             retention.make_reserve(settings.data_dir)  # what `prune` frees on a full disk
 
@@ -67,7 +69,8 @@ def init_app(app) -> None:
     app.url_map.merge_slashes = False
     # Every `<int:...>` in a path: ASCII digits only, as the one integer rule reads ids.
     app.url_map.converters["int"] = PathId
-    for module in (crons, runs, auth, health, reconcile, metrics, notifications, page, tick):
+    for module in (crons, runs, auth, health, reconcile, metrics, notifications, page, tick,
+                   fleet):
         app.register_blueprint(module.bp)
     app.before_request(_guard)
     callback.init_app(app)

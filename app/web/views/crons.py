@@ -70,7 +70,8 @@ def show(cron_id: int):
 @bp.route("/<int:cron_id>/instances", methods=["GET"])
 @requires_scope("crons")
 def instances(cron_id: int):
-    return ok(crons.instances(_known_id(cron_id), query_int("limit", 50, 1, 500)))
+    return ok(crons.instances(_known_id(cron_id), query_int("limit", 50, 1, 500),
+                              request.args.get("host") or None))
 
 
 @bp.route("/<int:cron_id>/snooze", methods=["POST"])

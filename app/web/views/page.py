@@ -563,5 +563,8 @@ def health_page():
     data = answer.get_json() if hasattr(answer, "get_json") else answer
     data = data.get("data", data) if isinstance(data, dict) else {}
     rows = overview.health_rows(data, _when)
-    return _render("health.html", rows=rows,
+    from qlshadow.core.fleet import hosts_listing
+    from qlshadow.storage.db import is_sqlite
+    hosts = hosts_listing(one_host=is_sqlite())  # shown for a fleet: two hosts or more
+    return _render("health.html", rows=rows, hosts=hosts if len(hosts) > 1 else [],
                    notifications=overview.notification_log(NOTIFICATIONS))

@@ -24,7 +24,8 @@ def listing():
     if before is not None and not reader.UUID_TEXT.fullmatch(before):
         raise InvalidInput("'before' must be a run id (lowercase UUID).")
     return ok(_with_conditions(reader.list_runs(query_int("cron_id", None, 1, INT64_MAX), state,
-                                                query_int("limit", 50, 1, 500), before)))
+                                                query_int("limit", 50, 1, 500), before,
+                                                host=request.args.get("host") or None)))
 
 
 def _with_conditions(runs: list) -> list:
