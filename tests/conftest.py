@@ -11,6 +11,7 @@ QL_REQUIRE_POSTGRES=1 (set by .ci/run), where they fail.
 from __future__ import annotations
 
 import os
+import sys
 import time
 
 import pytest
@@ -191,15 +192,45 @@ def _crontab_lock_files() -> set:
     return {path for directory in LOCK_DIRS for path in _glob.glob(os.path.join(directory, _LOCK_GLOB))}
 
 
+# The crontab of the user running the tests is the machine's, not the tests': every test
+# installs into a private spool or a file. A run that changed it put it back and fails.
+_USER_CRONTAB = pytest.StashKey[object]()
+
+
+def _user_crontab():
+    """The user's own crontab as `crontab -l` prints it ("" for none), None without crontab."""
+    import shutil
+    import subprocess
+    if shutil.which("crontab") is None:
+        return None
+    listed = subprocess.run(["crontab", "-l"], capture_output=True, text=True, timeout=30)
+    return listed.stdout if listed.returncode == 0 else ""
+
+
+def _restore_user_crontab(text: str) -> None:
+    import subprocess
+    if text:
+        subprocess.run(["crontab", "-"], input=text, text=True, timeout=30, check=False)
+    else:
+        subprocess.run(["crontab", "-r"], capture_output=True, timeout=30, check=False)
+
+
 def pytest_sessionstart(session):
     if not hasattr(session.config, "workerinput"):
         session.config.stash[_LOCKS_BEFORE] = _crontab_lock_files()
+        session.config.stash[_USER_CRONTAB] = _user_crontab()
 
 
 def pytest_sessionfinish(session, exitstatus):
     before = session.config.stash.get(_LOCKS_BEFORE, None)
     if before is None:  # an xdist worker: the controller cleans up after all of them
         return
+    crontab_before = session.config.stash.get(_USER_CRONTAB, None)
+    if crontab_before is not None and _user_crontab() != crontab_before:
+        _restore_user_crontab(crontab_before)
+        print("\nqlshadow tests: a test changed this user's own crontab; it was put back",
+              file=sys.stderr)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
     for path in _crontab_lock_files() - before:
         try:
             os.unlink(path)

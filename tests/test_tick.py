@@ -159,6 +159,7 @@ def fallback_tick(conf: str, *args: str) -> subprocess.Popen:
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("QL_", "QL3_")) and k not in PROXY_VARIABLES
            and k not in config.NOTIFY_KEYS}
+    env["QL_CRONTAB_INSTALL"] = ""  # whatever it does, never into this user's own crontab
     return subprocess.Popen([sys.executable, "-m", "qlshadow.cli", "--config", conf, "notify",
                              *args], env=env, cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)

@@ -17,14 +17,14 @@ log = logging.getLogger("qlshadow")
 
 
 def tick(settings) -> str | None:
-    """Record this host as seen; install its block if it is behind. Returns what the install
-    did, or None when the block was up to date."""
+    """Record this host as seen; in a fleet, install its block if it is behind. Returns what
+    the install did, or None when nothing was installed."""
     from qlshadow.storage.db import connected, write_transaction
     with connected():
         with write_transaction():
             _, wanted, installed = fleet.record_host(settings.host_name)
-        if wanted == installed:
-            return None
+        if wanted == installed or not joins(settings):
+            return None  # a lone host installs its block with each of its own cron changes
         outcome = crontab.sync(settings)
         with write_transaction():
             # A change after the read above raised `wanted` again: the next tick installs.
