@@ -140,6 +140,13 @@ def hosts_listing(now: int | None = None, one_host: bool = False) -> list:
     return out
 
 
+def hosts_seen(now: int) -> dict:
+    """{host id: (name, first_seen, silent)} of every recorded host (health judges `each`
+    crons per host with it): one small read of the hosts table."""
+    return {i: (name, first, now - last > SILENT_AFTER) for i, name, first, last in
+            Host.select(Host.id, Host.name, Host.first_seen, Host.last_seen).tuples()}
+
+
 def host_names() -> dict:
     """{host id: name}, for listings that show each execution's host. A Run or instance
     stores no host where one host has the database (SQLite): the key None names that

@@ -51,12 +51,13 @@ _WINDOWS = (2 * 3600, 2 * _DAY, 32 * _DAY, _YEAR + 32 * _DAY)
 class Execution:
     """One execution as both sources tell it: start (task clock), end, exit code, whether it
     is still open, and whether crond started it (True: it has a Run; False: a manual run,
-    Shadow on and no Run; None: unknown, Shadow off)."""
-    __slots__ = ("start", "end", "exit_code", "open", "scheduled", "pid")
+    Shadow on and no Run; None: unknown, Shadow off), and the id of the host it ran on
+    (read only for a cron judged per host, else None)."""
+    __slots__ = ("start", "end", "exit_code", "open", "scheduled", "pid", "host")
 
-    def __init__(self, start, end, exit_code, open_, scheduled, pid=None):
+    def __init__(self, start, end, exit_code, open_, scheduled, pid=None, host=None):
         self.start, self.end, self.exit_code = start, end, exit_code
-        self.open, self.scheduled, self.pid = open_, scheduled, pid
+        self.open, self.scheduled, self.pid, self.host = open_, scheduled, pid, host
 
 
 class Firings:
@@ -153,7 +154,7 @@ def open_conditions(executions: list, limit: int, now: int, overlapping=False) -
     """{start: (condition, since)} of every open execution among a cron's executions.
 
     Only an execution crond started (or may have: Shadow off) is ended by a later one
-    crond started; a manual run can overlap anything. overlapping: a bool, or a function
+    crond started on the same host; a manual run can overlap anything. overlapping: a bool, or a function
     that tells it (asked only when an open execution has a later one).
     """
     by_start = sorted(executions, key=lambda e: e.start)
@@ -164,7 +165,8 @@ def open_conditions(executions: list, limit: int, now: int, overlapping=False) -
         later = None
         if e.scheduled is not False:
             later = next((x.start for x in by_start[i + 1:]
-                          if x.scheduled is not False and x.start > e.start), None)
+                          if x.scheduled is not False and x.start > e.start
+                          and x.host == e.host), None)
         lapping = False  # matters only when a later execution started
         if later is not None:
             lapping = overlapping() if callable(overlapping) else overlapping
@@ -200,7 +202,7 @@ def _when(t: int) -> str:
 
 def evaluate(cron: dict, executions: list, firings: Firings, now: int,
              last_success: int | None = None, steps: list = (), daemon: str | None = None,
-             max_runtime: int | None = None) -> dict:
+             max_runtime: int | None = None, hosts: dict | None = None) -> dict:
     """The health of one cron: {cron_id, name, schedule, state, since, ...} (a pure function).
 
     executions: its recent Executions (any order); firings: its schedule near now
@@ -208,7 +210,10 @@ def evaluate(cron: dict, executions: list, firings: Firings, now: int,
     cron whose recent executions hold no success; steps: the clock steps near now
     (firing_times.clock_steps), whose firings are never missed or late; daemon: the cron
     daemon's kind (host.crond.daemon_kind): unless it starts overlapping runs, a firing
-    that came while the previous run was open was skipped by crond, not missed.
+    that came while the previous run was open was skipped by crond, not missed; hosts:
+    {host id: (name, first seen)} for an `each` cron judged per host (judge_per_host):
+    each host's firings are missed or late over its own executions (and only after it
+    first recorded itself); None: over all executions together.
     """
     from qlshadow.watch.firing_times import in_clock_step
     execs = sorted(executions, key=lambda e: e.start, reverse=True)
@@ -261,29 +266,40 @@ def evaluate(cron: dict, executions: list, firings: Firings, now: int,
     judged_from = max(cron["created_at"], cron["updated_at"])
     due = [f for f in firings.due if f > judged_from and not in_clock_step(f, steps)]
 
-    by_start = sorted(execs, key=lambda e: e.start)
-    starts = [e.start for e in by_start]
+    def gap(mine: list, since: int) -> tuple:
+        # (missed firing, since, late firing) over these executions, firings after `since`.
+        return _gap([f for f in due if f > since], mine, since, firings, grace, limit, now,
+                    overlapping)
 
-    is_firing = firings.is_firing
-
-    def started(firing: int) -> bool:
-        return (firing_started(firing, starts, by_start, grace, is_firing)
-                or (skipped_by_crond(firing, by_start, limit) and not overlapping()))
-
-    late = None
-    if due and not started(due[-1]):
-        missing = [f for f in due[-2:] if not started(f) and now >= missed_after(f, grace)]
+    if hosts is None:
+        missed, missed_since, late = gap(execs, judged_from)
+        where = ""
+    else:  # an `each` cron on several hosts: each host's firings over its own executions
+        found = {name: gap([e for e in execs if e.host == host_id], max(judged_from, seen))
+                 for host_id, (name, seen) in hosts.items()}
+        missing = {n: g for n, g in found.items() if g[0] is not None}
         if missing:
-            after = max(judged_from, newest.start if newest else judged_from)
-            first = firings.first_after(after)
-            first = first if first is not None and first <= missing[0] else missing[0]
-            # The reason names the firing itself (the alert quotes it), not when it was seen.
-            health["missed_firing"] = missing[0]
-            return state("missed", missed_after(first, grace),
-                         _("The firing at {at} has no record {grace} s after it: crond "
-                           "did not start it, or its callbacks were lost.").format(
-                               at=_when(missing[0]), grace=grace))
-        late = due[-1]
+            # The reason names the first firing missed and the hosts that missed it;
+            # missed_hosts every host that missed one.
+            missed = min(g[0] for g in missing.values())
+            missed_since = min(g[1] for g in missing.values())
+            late = None
+            where = ", ".join(n for n in sorted(missing) if missing[n][0] == missed)
+            health["missed_hosts"] = sorted(missing)
+        else:
+            missed = None
+            lates = {n: g[2] for n, g in found.items() if g[2] is not None}
+            late = min(lates.values(), default=None)
+            where = ", ".join(sorted(lates))
+    if missed is not None:
+        # The reason names the firing itself (the alert quotes it), not when it was seen.
+        health["missed_firing"] = missed
+        text = (_("The firing at {at} has no record on host {hosts} {grace} s after it: "
+                  "crond did not start it there, or its callbacks were lost.") if where else
+                _("The firing at {at} has no record {grace} s after it: crond did not start "
+                  "it, or its callbacks were lost."))
+        return state("missed", missed_since,
+                     text.format(at=_when(missed), grace=grace, hosts=where))
 
     last = finished[0] if finished else None
     if last is not None and last.exit_code not in (0, None):
@@ -298,10 +314,13 @@ def evaluate(cron: dict, executions: list, firings: Firings, now: int,
         return state("failed", streak.end if streak.end is not None else streak.start,
                      text.format(start=_when(last.start), code=last.exit_code))
     if late is not None:
+        text = (_("The firing at {at} has no record yet on host {hosts}; it counts as missed "
+                  "after {deadline}.") if where else
+                _("The firing at {at} has no record yet; it counts as missed after "
+                  "{deadline}."))
         return state("late", late + _MINUTE,
-                     _("The firing at {at} has no record yet; it counts as missed after "
-                       "{deadline}.").format(at=_when(late),
-                                            deadline=_when(missed_after(late, grace))))
+                     text.format(at=_when(late), deadline=_when(missed_after(late, grace)),
+                                 hosts=where))
     if newest is not None and newest.open and conditions[newest.start][0] == "running":
         return state("running", newest.start,
                      _("It has been running since {since}.").format(since=_when(newest.start)))
@@ -322,6 +341,31 @@ def evaluate(cron: dict, executions: list, firings: Firings, now: int,
             else _("Its last execution, started {start}, exited with no exit code reported."))
     return state("ok", streak.end if streak.end is not None else streak.start,
                  text.format(start=_when(last.start)))
+
+
+def _gap(due: list, executions: list, judged_from: int, firings: Firings, grace: int,
+         limit: int, now: int, overlapping) -> tuple:
+    """(missed, since, late) of one set of executions (a cron's, or one host's of it): the
+    first of the last two due firings with no record past its grace and when the cron
+    counts as missed (both None when none), else the latest due firing with no record yet
+    (None when it has one)."""
+    by_start = sorted(executions, key=lambda e: e.start)
+    starts = [e.start for e in by_start]
+    is_firing = firings.is_firing
+
+    def started(firing: int) -> bool:
+        return (firing_started(firing, starts, by_start, grace, is_firing)
+                or (skipped_by_crond(firing, by_start, limit) and not overlapping()))
+
+    if not due or started(due[-1]):
+        return None, None, None
+    missing = [f for f in due[-2:] if not started(f) and now >= missed_after(f, grace)]
+    if not missing:
+        return None, None, due[-1]
+    after = max(judged_from, by_start[-1].start if by_start else judged_from)
+    first = firings.first_after(after)
+    first = first if first is not None and first <= missing[0] else missing[0]
+    return missing[0], missed_after(first, grace), None
 
 
 def missed_after(firing: int, grace: int) -> int:
@@ -400,21 +444,41 @@ _INSTANCE_SUCCESS = ('SELECT * FROM (SELECT "cron_id", "finished_at" FROM "runni
                      'WHERE "cron_id" = {id} AND "exit_code" = 0 AND "finished_at" IS NOT NULL '
                      'ORDER BY "id" DESC LIMIT 1) AS "s{id}"')
 _CHUNK_MAX = 200  # branches per statement (SQLite allows 500 terms in a compound SELECT)
+# The same reads with each row's host, for the crons judged per host (PostgreSQL only: an
+# `each` cron naming several hosts), RECENT rows per host it names: the Runs' read then
+# looks up each row (host_id is not in shadow_runs_cron), for those crons alone.
+_HOST_INSTANCES = _INSTANCES.replace('"exit_code" ', '"exit_code", "host_id" ')
+_HOST_RUN_STARTS = _RUN_STARTS.replace('"accepted_at" FROM', '"accepted_at", "host_id" FROM')
+_HOST_RUN_ROWS = _RUN_ROWS.replace('"exit_code" ', '"exit_code", "host_id" ')
 
 
-def _union(template: str, keys: list, n: int = RECENT):
-    """Rows of template for each key (a cron id, or a (cron id, instant) pair)."""
+def _union(template: str, keys: list, n: int = RECENT, limits: dict | None = None):
+    """Rows of template for each key (a cron id, or a (cron id, instant) pair); limits:
+    {cron id: rows} where a cron reads other than n."""
+    limits = limits or {}
     for lo in range(0, len(keys), _CHUNK_MAX):
         sql = " UNION ALL ".join(
-            template.format(id=int(k), n=n) if not isinstance(k, tuple)
+            template.format(id=int(k), n=limits.get(k, n)) if not isinstance(k, tuple)
             else template.format(id=int(k[0]), at=int(k[1])) for k in keys[lo:lo + _CHUNK_MAX])
         yield from database.obj.execute_sql(sql)
 
 
-def recent_executions(ids: list, shadow: bool) -> dict:
+def recent_executions(ids: list, shadow: bool, per_host: dict | None = None) -> dict:
     """{cron_id: [Execution]}: each cron's newest instances and Runs, merged where they are
-    one execution (an instance that started in the very second its Run was accepted: task.sh
-    makes the execution id from that second)."""
+    one execution (an instance that started in the very second its Run was accepted, on
+    the same host: task.sh makes the execution id from that second).
+
+    per_host: {cron_id: number of hosts} of the crons judged per host: their reads carry
+    each row's host and take RECENT rows per host (judge_per_host); the others' are read
+    as they always were, with no host."""
+    if not per_host:
+        return _recent(ids, shadow)
+    out = _recent([i for i in ids if i not in per_host], shadow)
+    out.update(_recent_per_host([i for i in ids if i in per_host], shadow, per_host))
+    return out
+
+
+def _recent(ids: list, shadow: bool) -> dict:
     instances: dict = {}
     for cron_id, pid, started, finished, code in _union(_INSTANCES, ids):
         instances.setdefault(cron_id, []).append((pid, started, finished, code))
@@ -438,6 +502,75 @@ def recent_executions(ids: list, shadow: bool) -> dict:
         out[cron_id] = execs
     for cron_id, accepted, finished, code in (_union(_RUN_ROWS, lone) if lone else ()):
         out[cron_id].append(Execution(accepted, finished, code, finished is None, True))
+    return out
+
+
+def _recent_per_host(ids: list, shadow: bool, per_host: dict) -> dict:
+    """_recent with each row's host, RECENT rows per host: an instance and a Run are one
+    execution when they started in the same second on the same host."""
+    limits = {i: RECENT * max(per_host[i], 1) for i in ids}
+    instances: dict = {}
+    for cron_id, pid, started, finished, code, host in _union(_HOST_INSTANCES, ids,
+                                                              limits=limits):
+        instances.setdefault(cron_id, []).append((pid, started, finished, code, host))
+    run_starts: dict = {}
+    for cron_id, accepted, host in _union(_HOST_RUN_STARTS, ids, limits=limits):
+        run_starts.setdefault(cron_id, []).append((accepted, host))
+    out, lone = {}, set()
+    for cron_id in ids:
+        mine, theirs, read = instances.get(cron_id, []), run_starts.get(cron_id, []), limits[cron_id]
+        cutoff = max(([mine[-1][1]] if len(mine) >= read else [])
+                     + ([theirs[-1][0]] if len(theirs) >= read else []), default=None)
+        scheduled = set(theirs)
+        execs = [Execution(started, finished, code, finished is None,
+                           True if (started, host) in scheduled else (False if shadow else None),
+                           pid, host)
+                 for pid, started, finished, code, host in mine
+                 if cutoff is None or started >= cutoff]
+        seen = {(e.start, e.host) for e in execs}
+        lone.update((cron_id, at, host) for at, host in scheduled - seen
+                    if cutoff is None or at >= cutoff)
+        out[cron_id] = execs
+    keys = sorted({(cron_id, at) for cron_id, at, _host in lone})
+    for cron_id, accepted, finished, code, host in (_union(_HOST_RUN_ROWS, keys) if keys
+                                                    else ()):
+        if (cron_id, accepted, host) in lone:  # not another host's Run of that second
+            out[cron_id].append(Execution(accepted, finished, code, finished is None, True,
+                                          host=host))
+    return out
+
+
+def judge_per_host(crons: list, now: int) -> dict:
+    """{cron_id: {host id: (name, first seen)}} of the crons judged per host: on a shared
+    (PostgreSQL) database, each `each` cron naming more than one recorded host (["*"]:
+    every recorded host). None of them on SQLite (one host): nothing is read.
+
+    A silent host (its tick unseen for 3 minutes, core/fleet.py) is not judged: its own
+    alert already says that it runs nothing (one alert for the outage, not one per cron and
+    firing); the firings it missed count again once it is seen, until it runs a later one.
+    A named host that never recorded itself runs nothing here and is not judged either."""
+    from qlshadow.core import fleet
+    from qlshadow.storage.db import is_sqlite
+    if is_sqlite():
+        return {}
+    # The hosts are read only when an `each` cron names several, or every host.
+    named = {c["id"]: fleet.cron_hosts(c.get("hosts")) for c in crons if fleet.mode(c) == "each"}
+    wide = [c for c in crons if c["id"] in named
+            and (fleet.ALL in named[c["id"]] or len(named[c["id"]]) > 1)]
+    if not wide:
+        return {}
+    every = fleet.hosts_seen(now)
+    if len(every) < 2:
+        return {}
+    by_name = {name: (i, first, silent) for i, (name, first, silent) in every.items()}
+    out = {}
+    for cron in wide:
+        names = named[cron["id"]]
+        recorded = list(by_name) if fleet.ALL in names else [n for n in names if n in by_name]
+        if len(recorded) < 2:
+            continue
+        out[cron["id"]] = {by_name[n][0]: (n, by_name[n][1]) for n in recorded
+                           if not by_name[n][2]}
     return out
 
 
@@ -575,7 +708,8 @@ def read_all(now: int | None = None, shadow: bool = True, cron_id: int | None = 
             query = query.where(Cron.id == cron_id)
         crons = list(query.dicts())
         ids = [c["id"] for c in crons]
-        recent = recent_executions(ids, shadow)
+        per_host = judge_per_host(crons, now)
+        recent = recent_executions(ids, shadow, {i: len(h) for i, h in per_host.items()})
         lacking = [i for i in ids if recent[i]
                    and not any(not e.open and e.exit_code == 0 for e in recent[i])]
         older = _older_successes(lacking)
@@ -585,18 +719,25 @@ def read_all(now: int | None = None, shadow: bool = True, cron_id: int | None = 
     for cron in crons:
         active = is_active(cron)
         firings = schedules.around(cron["schedule"]) if active else NO_FIRINGS
+        hosts = per_host.get(cron["id"])
         found = evaluate(cron, recent[cron["id"]], firings, now, older.get(cron["id"]), steps,
-                         daemon)
+                         daemon, hosts=hosts)
         if count_missed:
             found["missed_recent"] = _missed_recent(cron, recent[cron["id"]], found["grace"],
-                                                    schedules, now, steps,
-                                                    daemon) if active else 0
+                                                    schedules, now, steps, daemon,
+                                                    hosts) if active else 0
         healths.append(found)
     return order(healths)
 
 
 def _missed_recent(cron: dict, executions: list, grace: int, schedules: Schedules,
-                   now: int, steps: list = (), daemon: str | None = None) -> int:
+                   now: int, steps: list = (), daemon: str | None = None,
+                   hosts: dict | None = None) -> int:
+    if hosts is not None:  # each host's misses over its own executions, added up
+        return sum(_missed_recent({**cron, "created_at": max(cron["created_at"], seen)},
+                                  [e for e in executions if e.host == host_id], grace,
+                                  schedules, now, steps, daemon)
+                   for host_id, (_name, seen) in hosts.items())
     judged_from = max(cron["created_at"], cron["updated_at"]) + 1
     lo = min((e.start for e in executions), default=judged_from)
     lo = max(lo, judged_from, now - 31 * _DAY)
