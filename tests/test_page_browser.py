@@ -111,7 +111,7 @@ def populated(live_server, make_settings):
     """A Shadow-on server with crons that succeed, fail, miss firings and hang, runs with
     logs (one holding markup), a manual run, and an app that may sign in."""
     from qlshadow.storage import db
-    from qlshadow.storage.models import Cron
+    from qlshadow.storage.models import Cron, RunningInstance, ShadowRun
     from qlshadow.web.views import create_app
     settings = make_settings(**SHADOW_ON)
     # The box keeps China Standard Time (UTC+8): the page names it and offers UTC.
@@ -163,6 +163,13 @@ def populated(live_server, make_settings):
     with db.database.connection_context(), db.write_transaction():
         Cron.update(created_at=base - 8 * 900 - 60, updated_at=base - 8 * 900 - 60).where(
             Cron.id == crons["sync-feeds"]).execute()
+        # Each earlier run took 40 s (a finish callback is dated by the server's clock, which
+        # would make them all last until now, and crond skip every firing in between).
+        RunningInstance.update(finished_at=RunningInstance.started_at + 40).where(
+            RunningInstance.finished_at.is_null(False)
+            & (RunningInstance.started_at < now - 600)).execute()
+        ShadowRun.update(finished_at=ShadowRun.accepted_at + 40).where(
+            ShadowRun.finished_at.is_null(False) & (ShadowRun.accepted_at < now - 600)).execute()
     db.discard_connection()
     status, runs = http("GET", server.url + f"/open/runs?cron_id={crons['sync-feeds']}",
                         headers=server.headers)
