@@ -221,6 +221,28 @@ def test_the_sender_has_no_thread_while_idle_and_ends_when_nothing_is_left(
     assert titles(receiver) == ["qlshadow: backup failed"]
 
 
+def test_with_no_channel_one_pass_looks_and_later_events_start_no_thread(
+        app, client, auth, make_cron, receiver):
+    configured = []  # no channel yet
+    sender = alert_sender.install(app, channels=lambda: list(configured))
+    cron = make_cron(name="flapping", schedule="@once")
+
+    def flap(pid: int) -> None:
+        for status, extra in ((0, {}), (1, {"exit_code": pid % 2})):
+            client.put(STATUS, json={"ids": [cron["id"]], "status": status, "pid": pid,
+                                     "log_path": f"f/{pid}.log", **extra}, headers=auth).close()
+    flap(1)  # failed: one pass finds no channel
+    assert wait_for(lambda: sender.passes == 1 and not sender.running(), PROMISE)
+    for pid in range(2, 8):  # ok, failed, ...: each an event, none worth a thread
+        flap(pid)
+    assert sender.passes == 1 and not sender.running()
+    # The tick's wake-up is never ignored; once a channel is set, the next pass sends.
+    configured.extend(notify.configured_channels(ntfy(receiver)))
+    sender._quiet_until = 0.0  # as when NO_CHANNEL_RECHECK has passed
+    flap(10)  # ok again: a change, so a wake-up
+    assert wait_for(lambda: len(receiver.requests) >= 1, PROMISE)
+
+
 def test_wake_ups_on_the_hold_thread_wait_for_the_batch_to_be_durable(
         app, client, auth, make_cron, receiver):
     sender = alert_sender.install(app, channels=lambda: notify.configured_channels(ntfy(receiver)))

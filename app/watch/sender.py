@@ -35,6 +35,10 @@ log = logging.getLogger("qlshadow")
 KEY = "qlshadow.watch.sender"  # where install() keeps it: app.extensions[KEY]
 QUEUE_MAX = 16  # wake-ups waiting while a pass runs; more drop the oldest
 TICK = "tick"  # the reason of the tick line's wake-up: that pass runs the whole tick
+# With no channel configured, a pass finds nothing to send: wake-ups other than the tick's
+# are ignored for this long after it (no thread, no reading of the settings per callback);
+# a channel set meanwhile in QL_NOTIFY_FILE is found by the first pass after it.
+NO_CHANNEL_RECHECK = 30.0
 
 
 class Sender:
@@ -57,6 +61,7 @@ class Sender:
         self.hold_thread: int | None = None
         self._held: list = []
         self.passes = 0  # passes run since start (tests and the bench read it)
+        self._quiet_until = 0.0  # monotonic: no channel was configured at the last pass
 
     def wake(self, reason: str = "event") -> None:
         """Ask for a pass soon; returns at once (never waits for a send)."""
@@ -81,6 +86,8 @@ class Sender:
             return self._thread is not None
 
     def _enqueue(self, reason: str) -> None:
+        if reason != TICK and time.monotonic() < self._quiet_until:
+            return  # nothing to send through: the events wait in the database
         with self._lock:
             if len(self._wakes) == QUEUE_MAX:
                 self.dropped += 1
@@ -127,7 +134,9 @@ class Sender:
         self.passes += 1
         channels = self._channels() if self._channels is not None else self._configured()
         if not channels:
+            self._quiet_until = time.monotonic() + NO_CHANNEL_RECHECK
             return  # the events wait in the database, as they do for the tick
+        self._quiet_until = 0.0
         send = self._send
         if send is None:
             from qlshadow.watch.notify import send
