@@ -55,6 +55,24 @@ def test_each_start_updates_last_seen_and_keeps_one_row(make_settings):
     assert len(rows) == 1 and rows[0]["first_seen"] == 5 and rows[0]["last_seen"] > 5
 
 
+@pytest.mark.parametrize("backend", ["sqlite"])
+def test_a_start_on_sqlite_goes_on_when_its_host_row_cannot_be_written(make_settings):
+    # As on a full partition: the one host's row cannot be written (a trigger refuses it).
+    import sqlite3
+
+    from qlshadow.core.runtime import KEY
+    settings = make_settings(QL_HOST_NAME="router")
+    create_app(settings)
+    db.discard_connection()
+    with sqlite3.connect(config.sqlite_file(settings.db_url)) as conn:
+        for event in ("INSERT", "UPDATE"):
+            conn.execute(f"CREATE TRIGGER no_host_{event.lower()} BEFORE {event} ON hosts "
+                         "BEGIN SELECT RAISE(FAIL, 'database or disk is full'); END")
+    app = create_app(make_settings(QL_HOST_NAME="router"))
+    db.discard_connection()
+    assert app.extensions[KEY].host_id is None
+
+
 def test_runs_carry_no_host_on_sqlite_and_this_hosts_id_on_postgresql(app, backend):
     from qlshadow.core.runtime import KEY
     host_id = app.extensions[KEY].host_id
