@@ -109,7 +109,7 @@ def start(settings, sqlite: bool) -> int | None:
         if not sqlite:
             raise
         # One host, whose id nothing carries: a start on a full partition goes on, as it
-        # does without this row (its writes answer 503 until `prune` makes room).
+        # does without this row (its writes fail until `prune` makes room).
         log.warning("this host is not recorded at start: %s", str(exc).strip() or
                     type(exc).__name__)
         return None
