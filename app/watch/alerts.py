@@ -1,5 +1,5 @@
 """The alert tick, every minute from the crontab block's own line (shell/tick.sh): in the
-running service, in a thread of its own (service_tick.py), or, when the service does not
+running service, in its sender's thread (service_tick.py, sender.py), or, when the service does not
 answer, as `qlshadow notify` in a process of its own (which reports the outage, outage.py).
 Either way sending never delays a callback:
 
