@@ -174,15 +174,18 @@ def worlds():
     made = {}
     try:
         for backend in BACKENDS:
-            world = made[backend] = World(ns, top, backend, bb)
-            world.start_server()
-            world.sleeper = create_cron(world, name="sleeper", command="sleep 70")["id"]
-            world.fine = create_cron(world, name="fine", command="exit 0")["id"]
-        if time.time() % MINUTE > 45:  # every crond starts within the same minute
+            made[backend] = World(ns, top, backend, bb)
+            made[backend].start_server()
+        # The crons are made and every crond starts within one minute: no firing of theirs
+        # comes before crond runs (it would be missed, and told).
+        if time.time() % MINUTE > 45:
             sleep_until((time.time() // MINUTE + 1) * MINUTE + 0.5)
         m0 = (int(time.time()) // MINUTE + 1) * MINUTE  # crond's first firing
         for world in made.values():
+            world.sleeper = create_cron(world, name="sleeper", command="sleep 70")["id"]
+            world.fine = create_cron(world, name="fine", command="exit 0")["id"]
             world.start_crond()
+        assert time.time() < m0, "the crons were made too late in the minute"
         # The first minute runs with the service up; it is stopped while the sleeper runs.
         for world in made.values():
             assert wait_for(lambda w=world: runs_of(w, w.sleeper) and all(
@@ -222,7 +225,17 @@ def world(request, worlds):
 
 
 def test_the_outage_is_one_message_and_one_recovery_and_no_missed_firing(world):
-    world, _ = world
+    world, m0 = world
+    # The outage did cost a firing: the cron that succeeds had no run in its second minute.
+    status, gate = http("GET", f"{world.url}/open/reconcile?since={m0}&until="
+                        f"{m0 + 2 * MINUTE}&cron_id={world.fine}", headers=world.headers)
+    assert status == 200, gate
+    assert gate["data"]["crons"][0]["missed"] == [m0 + MINUTE], gate
+    # Whatever misses the tick found are the outage's, told by its messages only.
+    status, log = http("GET", f"{world.url}/open/notifications", headers=world.headers)
+    assert status == 200, log
+    missed = {(r["name"], r["outcome"]) for r in log["data"] if r["state"] == "missed"}
+    assert ("fine", "outage") in missed and {o for _, o in missed} == {"outage"}, log
     told = titles(world)
     assert told.count(DOWN) == 1 and told.count(UP) == 1, (told, world.crond_log())
     assert told.index(DOWN) < told.index(UP)
