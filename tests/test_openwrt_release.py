@@ -257,6 +257,9 @@ def test_the_package_serves_callbacks_pages_and_notifications_on_only_its_declar
     # package's bootstrap stood in (test_without_python3_codecs_...).
     assert "python3-codecs" not in feeds.depends(release)
     assert "unicodedata" in server.python.refused()
+    # Nor python3-decimal: peewee's and Flask's load-time imports got the stand-in.
+    assert "python3-decimal" not in feeds.depends(release)
+    assert "decimal" in server.python.refused()
     # Each declared package is one the product loads: none is there for nothing.
     owners = set(server.python.stdlib_owners(server.lib).values())
     assert set(feeds.depends(release)) <= owners
@@ -375,6 +378,57 @@ def test_with_python3_codecs_installed_the_bootstrap_leaves_the_real_unicodedata
     assert out["punycode"] == "ok b\u00fccher.example"
     assert out["secure_filename"] == "ok a_b.txt"
     assert out["width"] == "ok (3, 8, 3)"
+
+
+DECIMAL_PROBE = """
+import json, sys
+lib = sys.argv[1]
+sys.path[:0] = [lib, lib + "/vendor"]
+import qlshadow_boot
+import decimal
+import peewee
+from flask.json.provider import DefaultJSONProvider
+import flask
+app = flask.Flask("probe")
+print(json.dumps({
+    "stand_in": not hasattr(decimal, "localcontext"),
+    "value": float(decimal.Decimal("12.5") + 1),
+    "field": peewee.DecimalField(decimal_places=2).db_value(3.14159) is not None,
+    "json": DefaultJSONProvider(app).dumps({"n": decimal.Decimal("2.5")}),
+}))
+"""
+
+
+def run_decimal_probe(python: RouterPython, lib: str) -> dict:
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}, **python.env()}
+    result = subprocess.run([str(python.shim), "-B", "-c", DECIMAL_PROBE, lib], env=env,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_without_python3_decimal_the_bootstrap_stands_in_for_what_peewee_and_flask_touch(
+        release, trees, tmp_path):
+    lib = str(trees(release) / "usr" / "lib" / "qlshadow")
+    python = RouterPython(release, tmp_path)
+
+    out = run_decimal_probe(python, lib)
+
+    assert "decimal" in python.refused()
+    # A float: JSON writes it as a number (the real Decimal goes out as a string).
+    assert out == {"stand_in": True, "value": 13.5, "field": True, "json": '{"n": 2.5}'}
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_with_python3_decimal_installed_the_bootstrap_leaves_the_real_decimal(
+        release, trees, tmp_path):
+    lib = str(trees(release) / "usr" / "lib" / "qlshadow")
+    python = RouterPython(release, tmp_path, allowed_packages(release) | {"python3-decimal"})
+
+    out = run_decimal_probe(python, lib)
+
+    assert out == {"stand_in": False, "value": 13.5, "field": True, "json": '{"n": "2.5"}'}
 
 
 def test_the_staged_tree_holds_the_wrapper_the_app_the_shell_and_pure_python_libraries(trees):

@@ -7,6 +7,13 @@ werkzeug.utils' module-level `import unicodedata` (for secure_filename and non-A
 download names, which qlshadow never uses). Without python3-codecs this module registers
 an ASCII-only `idna` codec and puts a stand-in `unicodedata` in sys.modules whose functions
 name the package to install; with python3-codecs installed it does nothing.
+
+Likewise `decimal` (python3-decimal, 0.14 MB compressed): peewee imports it at load time
+(for DecimalField, and to register Decimal with sqlite3) and Flask's JSON provider checks
+values against decimal.Decimal; qlshadow stores no decimal number. Without python3-decimal a
+stand-in module gives them the names they touch: a Decimal that is a float (what the
+PostgreSQL driver itself falls back to without decimal), and a context whose rounding is
+Python's; exact decimal arithmetic needs the package.
 """
 import codecs
 import sys
@@ -86,4 +93,44 @@ def install() -> bool:
     return True
 
 
+DECIMAL_NEEDS = ("needs the OpenWrt package python3-decimal "
+                 "(opkg install python3-decimal / apk add python3-decimal)")
+
+
+class Decimal(float):
+    """decimal.Decimal where python3-decimal is not installed: a float."""
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return f"Decimal('{float(self)!r}')"
+
+
+class _Context:
+    rounding = "ROUND_HALF_EVEN"
+    prec = 28
+
+
+def _decimal_stand_in():
+    module = type(sys)("decimal", "Stand-in: decimal " + DECIMAL_NEEDS + ".")
+    module.Decimal = Decimal
+    module.DefaultContext = _Context()
+    module.getcontext = lambda: module.DefaultContext
+    for name in ("ROUND_HALF_EVEN", "ROUND_HALF_UP", "ROUND_HALF_DOWN", "ROUND_UP",
+                 "ROUND_DOWN", "ROUND_CEILING", "ROUND_FLOOR", "ROUND_05UP"):
+        setattr(module, name, name)
+    return module
+
+
+def install_decimal() -> bool:
+    """The decimal stand-in, if decimal is missing; whether it was installed."""
+    try:
+        import decimal  # noqa: F401
+        return False
+    except ImportError:
+        pass
+    sys.modules["decimal"] = _decimal_stand_in()
+    return True
+
+
 install()
+install_decimal()

@@ -38,15 +38,15 @@ ALSO_RECORDED = ("setuptools", "pkg-resources", "psycopg2")
 #   python3-logging  app, flask, werkzeug, peewee and waitress all log
 #   python3-urllib   urllib.parse: werkzeug, jinja2, our URL parsing and notify
 #   python3-email    http.client (werkzeug, notify) parses headers with it; smtplib's mail
-#   python3-decimal  peewee imports decimal at load time
 #   python3-uuid     peewee and click import uuid at load time
 # Left out on purpose: python3-codecs (unicodedata: the package's bootstrap,
 # conf/openwrt/boot.py, registers an ASCII-only idna codec and stands in for werkzeug.utils'
-# load-time import), python3-openssl (only https and SMTP over SSL need ssl; notify says
-# which package to add), and asyncio, multiprocessing and setuptools, which python3-flask
-# declares but nothing here imports.
+# load-time import), python3-decimal (the bootstrap stands in for peewee's and Flask's
+# load-time uses; qlshadow stores no decimal number), python3-openssl (only https and SMTP
+# over SSL need ssl; notify says which package to add), and asyncio, multiprocessing and
+# setuptools, which python3-flask declares but nothing here imports.
 _DEPENDS = ("python3-light", "python3-sqlite3", "python3-logging", "python3-urllib",
-            "python3-email", "python3-decimal", "python3-uuid")
+            "python3-email", "python3-uuid")
 DEPENDS = {release: _DEPENDS for release in RELEASES}
 
 _cache: dict = {}
