@@ -28,6 +28,9 @@ import sys
 import tempfile
 
 DEFAULT_DIR = "/opt/qlshadow-ci/qemu32"
+# The userland comes from the main archive alone: mmdebstrap's default also reads the
+# security and updates suites, and a mirror of those caught mid-sync fails the whole run.
+MIRROR = "deb http://deb.debian.org/debian {suite} main"
 SUITE = "bookworm"
 # Debian architecture -> the qemu user-mode emulator that runs its binaries.
 ARCHES = {"armhf": "qemu-arm-static", "mipsel": "qemu-mipsel-static"}
@@ -95,7 +98,8 @@ def _prepare_root(arch: str, base: str) -> None:
     work = tempfile.mkdtemp(prefix=f".{arch}-", dir=base)
     try:
         subprocess.run(["mmdebstrap", "--quiet", "--variant=extract", f"--arch={arch}",
-                        "--include=" + ",".join(DEBIAN_PACKAGES), SUITE, work + "/root"],
+                        "--include=" + ",".join(DEBIAN_PACKAGES), SUITE, work + "/root",
+                        MIRROR.format(suite=SUITE)],
                        check=True)
         # The extract variant runs no maintainer scripts, so the stdlib has no bytecode:
         # compiled once here by the emulated Python itself, every later start is twice as fast.
