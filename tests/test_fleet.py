@@ -252,6 +252,23 @@ def test_each_hosts_runs_name_it_and_filter_by_it(client, auth, settings, make_s
         [settings.host_name, "far-away"])
 
 
+@pytest.mark.parametrize("backend", ["postgres"], indirect=True)
+@pytest.mark.parametrize("pid", [4242, None])
+def test_a_finish_closes_only_the_instance_its_own_host_opened(client, auth, settings,
+                                                                make_settings, pid):
+    # Two hosts number their processes apart: the same pid (or none) on each is two
+    # executions, and the first host's finish must leave the other's running.
+    from reconcile_history import callback, new_cron
+    other = create_app(make_settings(QL_HOST_NAME="far-away")).test_client()
+    cron_id = new_cron(client, auth, "* * * * *", 1000)
+    for host in (client, other):
+        callback(host, auth, cron_id, 0, 1_767_225_660, pid)
+    callback(client, auth, cron_id, 1, 1_767_225_660, pid)
+    instances = client.get(f"/open/crons/{cron_id}/instances", headers=auth).get_json()["data"]
+    assert {i["host"]: i["status"] for i in instances} == {"far-away": 0,
+                                                           settings.host_name: 1}
+
+
 @pytest.mark.shadow_on
 @pytest.mark.parametrize("backend", ["postgres"], indirect=True)
 @pytest.mark.parametrize("mode, double", [("each", 0), ("one", 1)])

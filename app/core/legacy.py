@@ -132,6 +132,14 @@ _CLOSE_INSTANCES = Statement(lambda: RunningInstance.update(_CLOSE).where(
     (RunningInstance.cron == slot("id")) & (RunningInstance.pid == slot("pid")) & _OPEN))
 _CLOSE_INSTANCES_NO_PID = Statement(lambda: RunningInstance.update(_CLOSE).where(
     (RunningInstance.cron == slot("id")) & RunningInstance.pid.is_null() & _OPEN))
+# On a fleet's database each host numbers its own processes, so a finish closes only the
+# instances its own host opened (and those opened before hosts were recorded).
+_ON_HOST = (RunningInstance.host_id == slot("host_id")) | RunningInstance.host_id.is_null()
+_CLOSE_HOST_INSTANCES = Statement(lambda: RunningInstance.update(_CLOSE).where(
+    (RunningInstance.cron == slot("id")) & (RunningInstance.pid == slot("pid")) & _OPEN
+    & _ON_HOST))
+_CLOSE_HOST_INSTANCES_NO_PID = Statement(lambda: RunningInstance.update(_CLOSE).where(
+    (RunningInstance.cron == slot("id")) & RunningInstance.pid.is_null() & _OPEN & _ON_HOST))
 
 
 def apply_status_callback(cb: StatusCallback, now: int, alerted: list | None = None,
@@ -160,8 +168,11 @@ def apply_status_callback(cb: StatusCallback, now: int, alerted: list | None = N
             "started": started if started is not None and started > 0 else now}
     elif idle:  # rule 5 (whether or not rule 2 held the cron's fields back)
         exit_code = None if cb.exit_code is NOT_GIVEN else cb.exit_code
-        instance = _CLOSE_INSTANCES_NO_PID if pid is None else _CLOSE_INSTANCES
-        instance_values = {"now": now, "exit_code": exit_code, "pid": pid,
+        if host_id is None:
+            instance = _CLOSE_INSTANCES_NO_PID if pid is None else _CLOSE_INSTANCES
+        else:
+            instance = _CLOSE_HOST_INSTANCES_NO_PID if pid is None else _CLOSE_HOST_INSTANCES
+        instance_values = {"now": now, "exit_code": exit_code, "pid": pid, "host_id": host_id,
                            "status": INSTANCE_ERROR if exit_code else INSTANCE_FINISHED}
     else:
         instance = None  # disabled and queued neither open nor close an instance
