@@ -136,6 +136,15 @@ def test_every_cron_comes_over_with_its_id_and_fields(target, tmp_path):
     assert len(active) == 1 and " ID=3 " in active[0]
 
 
+def test_imported_crons_run_on_the_importing_host_only(target, tmp_path):
+    # As a cron created here: on a fleet's database an imported cron must not run on every
+    # host at once.
+    result = target.run(qinglong_sqlite(tmp_path / "ql", ROWS))
+    assert result.returncode == 0, result.stderr
+    assert {json.loads(row["hosts"])[0] for row in crons().values()} == {
+        target.settings.host_name}
+
+
 def test_a_dry_run_prints_the_plan_and_writes_nothing(target, tmp_path):
     source = qinglong_sqlite(tmp_path / "ql", ROWS)
     files = sorted(os.listdir(target.settings.data_dir))

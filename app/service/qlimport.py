@@ -25,6 +25,7 @@ import json
 import os
 import time
 
+from qlshadow.core import fleet
 from qlshadow.errors import InvalidInput
 
 # QingLong hands out Sequelize ids from 1; PostgreSQL's crons.id is a 32-bit serial.
@@ -264,6 +265,8 @@ def apply(settings, source: list, planned) -> list:
     from qlshadow.storage.models import Cron, database
     entries = plan(settings, source)
     given = {e["source"]: e["id"] for e in planned or () if e["outcome"] == IMPORTED}
+    # Brought in on this host, a cron runs here only, as one created here does.
+    hosts = fleet.check_hosts([settings.host_name])
     now = int(time.time())
     later = []
     for entry in entries:
@@ -274,15 +277,15 @@ def apply(settings, source: list, planned) -> list:
             if entry["id"] is None:
                 later.append(entry)
                 continue
-        _insert(entry, now, Cron, database, IntegrityError)
+        _insert(entry, now, hosts, Cron, database, IntegrityError)
     _advance_sequence()
     for entry in later:
-        _insert(entry, now, Cron, database, IntegrityError)
+        _insert(entry, now, hosts, Cron, database, IntegrityError)
     return entries
 
 
-def _insert(entry: dict, now: int, Cron, database, IntegrityError) -> None:
-    values = dict(entry.pop("values"), created_at=now, updated_at=now)
+def _insert(entry: dict, now: int, hosts: str, Cron, database, IntegrityError) -> None:
+    values = dict(entry.pop("values"), created_at=now, updated_at=now, hosts=hosts)
     if entry["id"] is not None:
         values["id"] = entry["id"]
     try:
