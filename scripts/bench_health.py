@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Time the health read (qlshadow.watch.health.read_all) for 50 crons with 1,000 Runs each.
 
-Fills a fresh database directly (the product's schema, then plain INSERTs), with a Legacy
+Fills a fresh database directly (the product's schema, then the models' bulk inserts), with a Legacy
 instance beside every Run, crons of a router-like mix of schedules and a few failing,
 stuck or missed ones, then times read_all() on a warm connection, as the API, the
 status command and /metrics call it. The budget (docs/CONTRACT.md §13.1) is 50 ms.
@@ -28,16 +28,11 @@ MIX = (("* * * * *", 60), ("*/5 * * * *", 300), ("*/15 * * * *", 900), ("0 * * *
 
 
 def fill(database, crons: int, per_cron: int, now: int, distinct: bool = False) -> None:
-    from qlshadow.storage.models import Cron
-    from qlshadow.core.shadow.ids import attempt_id, revision_doc, run_id, task_revision
-    q = (lambda sql: sql) if database.param == "?" else (lambda sql: sql.replace("?", database.param))
-    runs_sql = q('INSERT INTO "shadow_runs" ("project_id", "idempotency_key", "id", "attempt_id", '
-                 '"request_id", "task_identity", "cron_id", "task_revision", "origin", '
-                 '"trigger_type", "triggered_by", "execution_owner", "accepted_at", "state", '
-                 '"pid", "log_path", "started_at", "finished_at", "exit_code", "events", '
-                 '"recorded_at") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)')
-    inst_sql = q('INSERT INTO "running_instances" ("cron_id", "pid", "log_path", "started_at", '
-                 '"finished_at", "status", "exit_code") VALUES (?, ?, ?, ?, ?, ?, ?)')
+    """Crons with per_cron Runs each and a Legacy instance beside every Run, written through
+    the shipped models in the shape the Shadow writer stores (one slim Run row each)."""
+    from qlshadow.core.shadow.ids import (request_uuid, revision_doc, run_id, task_revision,
+                                          uuid_bytes)
+    from qlshadow.storage.models import Cron, RunningInstance, ShadowRun
     for n in range(crons):
         schedule, period = MIX[n % len(MIX)]
         offset = 1800 + 3 * 3600 if period == 86400 else 0
@@ -47,7 +42,7 @@ def fill(database, crons: int, per_cron: int, now: int, distinct: bool = False) 
         with database.atomic():
             cron_id = Cron.insert(name=name, command=f"run {name}", schedule=schedule,
                                   created_at=0, updated_at=0).execute()
-        revision = task_revision(revision_doc(name, f"run {name}", schedule))
+        revision = bytes.fromhex(task_revision(revision_doc(name, f"run {name}", schedule)))
         last = (now - 60) // period * period + offset
         last = last if last <= now - 60 else last - period
         if n % 10 == 3:
@@ -59,20 +54,23 @@ def fill(database, crons: int, per_cron: int, now: int, distinct: bool = False) 
             stuck = n % 10 == 7 and k == 0
             code = 1 if n % 10 == 5 and k < 3 else 0
             finished = None if stuck else began + 2
-            state = "running" if stuck else "exited"
             pid = 1000 + k % 30000
             log = f"{name}/{began}.log"
-            runs.append(("default", eid, run_id(eid, began), attempt_id(eid, began), eid,
-                         f"legacy-cron:{cron_id}", cron_id, revision, "scheduled_system",
-                         "scheduled_system", "legacy:system-crond", "legacy", began, state, pid,
-                         log, began, finished, None if stuck else code,
-                         f"accepted@{began} spawned@{began} running@{began}", began))
-            instances.append((cron_id, pid, log, began, finished, 0 if stuck else 1,
-                              None if stuck else code))
+            runs.append({"accepted_at": began, "id": uuid_bytes(run_id(eid, began)),
+                         "request_uuid": request_uuid(eid), "cron_id": cron_id,
+                         "task_revision": revision, "origin": 0, "pid": pid, "log_path": log,
+                         "started_after": 0, "finished_at": finished,
+                         "exit_code": None if stuck else code, "created_after": 0,
+                         "created_running": 1})
+            instances.append({"cron": cron_id, "pid": pid, "log_path": log,
+                              "started_at": began, "finished_at": finished,
+                              "status": 0 if stuck else 1,
+                              "exit_code": None if stuck else code})
         instances.reverse()  # oldest first, so ids grow with time as callbacks make them
         with database.atomic():
-            database.cursor().executemany(runs_sql, runs)
-            database.cursor().executemany(inst_sql, instances)
+            for batch in range(0, len(runs), 500):
+                ShadowRun.insert_many(runs[batch:batch + 500]).execute()
+                RunningInstance.insert_many(instances[batch:batch + 500]).execute()
     if database.param == "?":
         database.execute_sql("ANALYZE")
     else:
@@ -93,15 +91,12 @@ def main() -> int:
     time.tzset()
     from qlshadow.storage import db
     from qlshadow.watch import health
-    tmp = None
-    if args.pg_url:
-        url = args.pg_url
-    else:
-        tmp = tempfile.mkdtemp(prefix="bench-health-")
-        url = f"sqlite:///{tmp}/q.db"
-    database = db.make_database(url, 30)
-    db.bind(database)
-    db.create_schema()
+    tmp = tempfile.mkdtemp(prefix="bench-health-")  # the data dir, and the SQLite file's
+    url = args.pg_url or f"sqlite:///{tmp}/q.db"
+    from qlshadow import config
+    settings = config.load(environ={"QL_DATA_DIR": tmp, "QL_DB_URL": url,
+                                    "QL_SCHEDULER": "node", "QL_CRONTAB_INSTALL": ""})
+    database, _ = db.open_database(settings)  # the product's schema, as serve makes it
     now = int(time.time())
     with database.connection_context():
         fill(database, args.crons, args.runs_per_cron, now, args.distinct)
@@ -130,9 +125,8 @@ def main() -> int:
           f"max {max(times) * 1000:.1f} ms over {len(times)} calls; "
           f"with missed counts (/metrics) {with_missed * 1000:.1f} ms; "
           f"failures count (/metrics) {failures * 1000:.1f} ms")
-    if tmp:
-        import shutil
-        shutil.rmtree(tmp, ignore_errors=True)
+    import shutil
+    shutil.rmtree(tmp, ignore_errors=True)
     return 0
 
 
