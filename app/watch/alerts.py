@@ -73,7 +73,7 @@ def tick(settings, channels: list, now: int | None = None, send=None,
     if not channels:
         return done
     if send is None:
-        from qlshadow.watch.notify import send
+        from qlshadow.watch.notify.sending import send
     now = int(time.time()) if now is None else now
     outages = outage.note(settings.base_url, answered, why, now)
     host_changes(channels, now, send)
