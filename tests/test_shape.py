@@ -383,3 +383,17 @@ def test_no_bench_runs_a_python_program_from_a_string():
                  if not path.startswith(os.path.join("scripts", "pkgbuild"))
                  and (programs := python_c_programs(tree))}
     assert offenders == {}
+
+
+def test_every_package_under_app_is_listed_for_the_wheel():
+    # setup.cfg names the packages one by one: a folder missing there installs from a source
+    # tree (editable) but is left out of the wheel, which only a packaged install would show.
+    import configparser
+    cfg = configparser.ConfigParser()
+    cfg.read(os.path.join(ROOT, "setup.cfg"))
+    listed = set(cfg["options"]["packages"].split())
+    found = set()
+    for path in glob.glob(os.path.join(APP_DIR, "**", "__init__.py"), recursive=True):
+        rel = os.path.relpath(os.path.dirname(path), APP_DIR)
+        found.add("qlshadow" if rel == "." else "qlshadow." + rel.replace(os.sep, "."))
+    assert listed == found
