@@ -74,7 +74,7 @@ def user_lines(settings, current: bytes) -> list:
     as in the crontab (comments and blank lines are left out)."""
     lines = current.splitlines()
     # Lines of an earlier qlshadow that owned the whole crontab are ours, not the user's.
-    skip = crontab._old_whole_crontab_lines(settings, [t + b"\n" for t in lines])
+    skip = crontab.old_whole_crontab_lines(settings, [t + b"\n" for t in lines])
     found, block = [], None
     for number, raw in enumerate(lines, 1):
         mark = _QLSHADOW_MARK.fullmatch(raw.rstrip().decode("utf-8", "replace"))

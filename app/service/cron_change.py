@@ -1,6 +1,6 @@
 """Cron changes: the one place that opens a write transaction around a crontab install.
 
-A cron change is kept only when the crontab that follows from it installs; host/crontab.py
+A cron change is kept only when the crontab that follows from it installs; host/crontab/
 renders the block, reads and installs the crontab and holds the locks.
 """
 from __future__ import annotations

@@ -21,7 +21,7 @@ MAX_WINDOW = 31 * DAY  # firings are enumerated one by one: keep a call bounded
 
 
 def is_active(cron: dict) -> bool:
-    """True when system mode writes the cron as an active crontab line (app/host/crontab.py)."""
+    """True when system mode writes the cron as an active crontab line (app/host/crontab/line.py)."""
     return (not cron["is_disabled"] and field_count(cron["schedule"]) == 5
             and cron["extra_schedules"] in (None, "", "[]"))
 
