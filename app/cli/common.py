@@ -41,6 +41,7 @@ def open_db(args, create: bool = True):
 
 
 def print_json(data) -> None:
+    """The data as indented JSON on stdout (--json, and the commands that print only JSON)."""
     print(json.dumps(data, indent=2, ensure_ascii=False))
 
 

@@ -19,6 +19,7 @@ def cron_ref(text: str):
 
 
 def tuning_arguments(q) -> None:
+    """The alert tuning options of `cron add` and `cron edit`."""
     q.add_argument("--alert-after", type=_alert_after, metavar="N",
                    help="send the failed alert only at the N-th failure in a row (1-1000)")
     q.add_argument("--max-runtime", type=_max_runtime, metavar="DURATION",
@@ -32,6 +33,28 @@ def _alert_after(text: str) -> int:
     if number is None:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of failures from 1 to 1000")
     return number
+
+
+def _max_runtime(text: str) -> int:
+    """Seconds of --max-runtime (90, 30m, 2h, 1d), 0 for `none` (the usual stuck rule)."""
+    from qlshadow.cli.timeparse import TimeError, parse_duration
+    if text.strip().lower() == "none":
+        return 0
+    try:
+        return parse_duration(text, "--max-runtime")
+    except TimeError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _quiet_option(text: str) -> str:
+    """--quiet HH:MM-HH:MM, or "" for `none` (no quiet hours)."""
+    from qlshadow.core.schedule import quiet_minutes
+    if text.strip().lower() == "none":
+        return ""
+    if quiet_minutes(text.strip()) is None:
+        raise argparse.ArgumentTypeError(f"{text!r} is not quiet hours; use HH:MM-HH:MM in "
+                                         "local time (23:00-07:00 wraps midnight) or none")
+    return text.strip()
 
 
 def positive_int(text: str) -> int:
@@ -67,6 +90,7 @@ def duration_value(text: str) -> int:
 
 
 def output_options(p, json_help: str = "print JSON for scripts, not a table") -> None:
+    """--json and --utc, for a command that prints a table."""
     p.add_argument("--json", action="store_true", help=json_help)
     p.add_argument("--utc", action="store_true", help="show times in UTC, not the box's local time")
 
@@ -76,25 +100,3 @@ TIME_HELP = ("24h, 7d, 30m, 2026-11-30[T04:00], today, yesterday, 03:55 (today, 
 
 
 CRON_HELP = "its id, or its name when one cron has it"
-
-
-def _max_runtime(text: str) -> int:
-    """Seconds of --max-runtime (90, 30m, 2h, 1d), 0 for `none` (the usual stuck rule)."""
-    from qlshadow.cli.timeparse import TimeError, parse_duration
-    if text.strip().lower() == "none":
-        return 0
-    try:
-        return parse_duration(text, "--max-runtime")
-    except TimeError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def _quiet_option(text: str) -> str:
-    """--quiet HH:MM-HH:MM, or "" for `none` (no quiet hours)."""
-    from qlshadow.core.schedule import quiet_minutes
-    if text.strip().lower() == "none":
-        return ""
-    if quiet_minutes(text.strip()) is None:
-        raise argparse.ArgumentTypeError(f"{text!r} is not quiet hours; use HH:MM-HH:MM in "
-                                         "local time (23:00-07:00 wraps midnight) or none")
-    return text.strip()
