@@ -401,7 +401,7 @@ def test_log_follow_ends_quietly_on_ctrl_c(client, auth, make_cron, env, setting
 
 
 def test_the_cli_names_each_2x_cron_status_with_the_pages_words():
-    from qlshadow.cli import _cron_state
+    from qlshadow.cli.cmd_crons import _cron_state
     codes = (0, 1, 2, 3, 7)
 
     assert [_cron_state({"isDisabled": 0, "status": code}) for code in codes] == [
