@@ -1,6 +1,6 @@
 """Nothing is created under a configured mount point that is not mounted yet, neither the
 data dir nor a file in it nor the database: `serve` and every command exit 75 with one line
-instead of writing to the filesystem beneath (schema.check_mounted, asked by cli._settings)."""
+instead of writing to the filesystem beneath (schema.check_mounted, asked by cli.common.load_settings)."""
 from __future__ import annotations
 
 import os
