@@ -15,8 +15,14 @@ from peewee import Database
 from qlshadow.storage.models import (AlertDelivery, AlertEvent, Claim, ClockStep, Cron, Host,
                                      HostBoot, RunningInstance, ServiceOutage, ShadowRun)
 from qlshadow.storage.schema.helpers import add_column, add_indexes, add_table
-from qlshadow.storage.schema.rekey_runs import step_release_before_versions
 from qlshadow.storage.schema.slim_runs import step_slim_runs
+
+
+def _step_release_before_versions(db: Database) -> str | None:
+    """Version 1 (rekey_runs.py): its frozen Run table is built only when the step runs,
+    for a database from a release before versions, never on a usual start."""
+    from qlshadow.storage.schema.rekey_runs import step_release_before_versions
+    return step_release_before_versions(db)
 
 
 def _step_cron_grace(db: Database) -> None:
@@ -74,7 +80,7 @@ def _step_hosts(db: Database) -> str | None:
 # today's models, except shadow_runs, which it builds from the frozen RunV1: a later step
 # that changes a table's columns must first give the earlier steps a frozen copy of it.
 STEPS = (
-    ("re-key shadow_runs by (accepted_at, id)", step_release_before_versions),
+    ("re-key shadow_runs by (accepted_at, id)", _step_release_before_versions),
     ("slim shadow_runs", step_slim_runs),
     ("add the crons' grace column", _step_cron_grace),
     ("add the alert tables", _step_alerts),
