@@ -1,6 +1,6 @@
 """Databases as older releases made them, with rows as their writers left them.
 
-For the tests of the schema's upgrade steps (app/storage/schema.py): a release before versions
+For the tests of the schema's upgrade steps (app/storage/schema/): a release before versions
 (version 0) in each shape it shipped, and any later version reached through the steps.
 """
 from __future__ import annotations
@@ -12,7 +12,7 @@ from peewee import CompositeKey
 from qlshadow.storage import db, schema
 from qlshadow.storage.models import (ALL_MODELS, App, Cron, RunningInstance, ShadowFailure,
                                      ShadowRun, Token)
-from qlshadow.storage.schema import RunV1
+from qlshadow.storage.schema import RunV1, runner
 from qlshadow.core.shadow.reader import logical_row
 from qlshadow.core.shadow.ids import attempt_id, run_id
 from qlshadow.core.shadow.writer import cron_revision
@@ -91,7 +91,7 @@ def database_at(db_url: str, version: int):
         for target in range(1, version + 1):
             with database.atomic():
                 schema.STEPS[target - 1][1](database)
-                schema._stamp(database, target)
+                runner._stamp(database, target)
         schema.move_old_runs(database)
     return database
 

@@ -54,8 +54,8 @@ def qlshadow(fstab, data, db_url: str, *args: str) -> subprocess.CompletedProces
     env = {k: v for k, v in os.environ.items() if not k.startswith(("QL_", "QL3_"))}
     env.update(QL_DATA_DIR=str(data), QL_DB_URL=db_url, QL_HOST="127.0.0.1", QL_PORT="0",
                QL_SCHEDULER="node", QL_CRONTAB_INSTALL="")
-    code = ("import sys; from qlshadow import cli; from qlshadow.storage import schema; "
-            f"schema.FSTABS = ({str(fstab)!r},); sys.exit(cli.main({list(args)!r}))")
+    code = ("import sys; from qlshadow import cli; from qlshadow.storage.schema import mounts; "
+            f"mounts.FSTABS = ({str(fstab)!r},); sys.exit(cli.main({list(args)!r}))")
     return subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT,
                           capture_output=True, text=True, timeout=60)
 

@@ -14,6 +14,7 @@ import re
 import pytest
 
 from qlshadow.storage import db, retention
+from qlshadow.storage.retention import deletes
 from helpers import STATUS_PATH
 
 pytestmark = pytest.mark.shadow_on
@@ -148,9 +149,8 @@ def test_the_retention_steps_of_the_write_path_read_through_indexes(app, runs_of
         retention.expired_instances(1800000000, 16)
         retention.capped_runs(a, 2, 16)
         retention.capped_instances(a, 2, 16)
-        pruner._next_cron("runs", retention._NEXT_RUN_CRON, retention._FIRST_RUN_CRON)
-        pruner._next_cron("instances", retention._NEXT_INSTANCE_CRON,
-                          retention._FIRST_INSTANCE_CRON)
+        pruner._next_cron("runs", deletes._NEXT_RUN_CRON, deletes._FIRST_RUN_CRON)
+        pruner._next_cron("instances", deletes._NEXT_INSTANCE_CRON, deletes._FIRST_INSTANCE_CRON)
         plans = {sql: full_scans_and_sorts(sql, params) for sql, params in recorded}
 
     assert len(plans) >= 8

@@ -1,4 +1,4 @@
-"""The versioned schema (app/storage/schema.py): every step from a database of the release before
+"""The versioned schema (app/storage/schema/): every step from a database of the release before
 it, on SQLite and PostgreSQL, with its rows kept; a fresh database stamped at the latest
 version; start-up a no-op when current; a newer version refused; concurrent start-ups;
 a failed step leaving the database at the version before it."""
@@ -12,8 +12,10 @@ import pytest
 from peewee import TextField
 
 from qlshadow.storage import db, schema
+from qlshadow.storage.schema import runner
 from qlshadow.core.legacy import apply_status_callback, parse_status_callback
-from qlshadow.storage.models import App, Cron, RunningInstance, ShadowFailure, ShadowRun, Token
+from qlshadow.storage.models import (ALL_MODELS, App, Cron, RunningInstance, ShadowFailure, ShadowRun,
+                                     Token)
 from qlshadow.core.shadow import reader
 from qlshadow.core.shadow.writer import observe
 from helpers import ROOT, cli_env, run_cli
@@ -312,7 +314,7 @@ def test_the_release_before_versions_is_recognised_without_a_version(make_settin
     database = release_before_versions(settings.db_url)
     with database.connection_context():
         assert not database.table_exists(schema.VERSION_TABLE)
-        assert schema._current(database) == 0
+        assert runner._current(database) == 0
 
 
 def test_a_fresh_database_is_created_at_the_latest_version(make_settings):
@@ -321,7 +323,7 @@ def test_a_fresh_database_is_created_at_the_latest_version(make_settings):
     assert stored_version(database) == schema.LATEST
     with database.connection_context():
         tables = set(database.get_tables()) - {"sqlite_sequence"}  # SQLite's AUTOINCREMENT
-        assert tables == {m._meta.table_name for m in schema.ALL_MODELS} | {schema.VERSION_TABLE}
+        assert tables == {m._meta.table_name for m in ALL_MODELS} | {schema.VERSION_TABLE}
         # one row: the version is a single fact
         assert database.execute_sql('SELECT COUNT(*) FROM "schema_version"').fetchone()[0] == 1
 
@@ -393,17 +395,17 @@ def test_a_failed_step_leaves_the_database_at_the_version_before_it(make_setting
     database = database_at(settings.db_url, schema.LATEST)
     rows = fill_every_table(database)
     before = catalog(database)
-    monkeypatch.setattr(schema, "STEPS", schema.STEPS + (("add a half-done table", failing_step),))
-    monkeypatch.setattr(schema, "LATEST", schema.LATEST + 1)
+    monkeypatch.setattr(runner, "STEPS", runner.STEPS + (("add a half-done table", failing_step),))
+    monkeypatch.setattr(runner, "LATEST", runner.LATEST + 1)
     db.bind(database)
 
-    with pytest.raises(schema.SchemaError) as raised:
-        schema.upgrade_schema()
+    with pytest.raises(runner.SchemaError) as raised:
+        runner.upgrade_schema()
 
     assert str(raised.value).startswith("cannot add a half-done table: ")
     assert str(raised.value).endswith("; the database is unchanged")
     assert "\n" not in str(raised.value)
-    assert stored_version(database) == schema.LATEST - 1
+    assert stored_version(database) == runner.LATEST - 1
     assert catalog(database) == before and every_row(database) == rows
 
 
@@ -415,17 +417,17 @@ def test_steps_that_succeed_before_a_failed_one_stay_done(make_settings, monkeyp
     def add_a_table(database):
         database.execute_sql('CREATE TABLE "added" ("x" INTEGER)')
 
-    monkeypatch.setattr(schema, "STEPS", schema.STEPS + (("add a table", add_a_table),
+    monkeypatch.setattr(runner, "STEPS", runner.STEPS + (("add a table", add_a_table),
                                                          ("add a half-done table", failing_step)))
-    monkeypatch.setattr(schema, "LATEST", schema.LATEST + 2)
+    monkeypatch.setattr(runner, "LATEST", runner.LATEST + 2)
     db.bind(database)
 
-    with pytest.raises(schema.SchemaError) as raised:
-        schema.upgrade_schema()
+    with pytest.raises(runner.SchemaError) as raised:
+        runner.upgrade_schema()
 
     assert str(raised.value).endswith(
-        f"; the database stays at schema version {schema.LATEST - 1}")
-    assert stored_version(database) == schema.LATEST - 1
+        f"; the database stays at schema version {runner.LATEST - 1}")
+    assert stored_version(database) == runner.LATEST - 1
     after = catalog(database)
     assert set(after) - set(before) == {"added"}
 
@@ -508,14 +510,14 @@ def test_a_step_written_with_the_helpers_adds_a_column_and_an_index_and_keeps_th
     settings = make_settings()
     database = database_at(settings.db_url, schema.LATEST)
     rows = fill_every_table(database)
-    monkeypatch.setattr(schema, "STEPS", schema.STEPS + (("add a note to failures", add_a_note),))
-    monkeypatch.setattr(schema, "LATEST", schema.LATEST + 1)
+    monkeypatch.setattr(runner, "STEPS", runner.STEPS + (("add a note to failures", add_a_note),))
+    monkeypatch.setattr(runner, "LATEST", runner.LATEST + 1)
     db.bind(database)
 
-    schema.upgrade_schema()
-    schema.upgrade_schema()  # once only
+    runner.upgrade_schema()
+    runner.upgrade_schema()  # once only
 
-    assert stored_version(database) == schema.LATEST
+    assert stored_version(database) == runner.LATEST
     with database.connection_context():
         assert "note" in {c.name for c in database.get_columns("shadow_failures")}
         assert "shadow_failures_cron" in index_names(database)
