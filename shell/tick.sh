@@ -15,6 +15,16 @@
 #
 # POSIX sh: BusyBox ash, dash and bash run this unchanged.
 
+if [ "$*" = --help ]; then
+  echo "usage: tick.sh
+The alert tick qlshadow's crontab block runs every minute: it asks the running service
+(POST /open/notify/tick with the runner's token); only when the service does not answer
+does it run \`qlshadow notify\`, which reports the outage once. Takes no arguments.
+Environment: QL_DATA_DIR, the data dir (holding runner.env, runner-token.json and
+notify.conf); QL_BASE_URL, QL_CLI and QL_CALLBACK_TIMEOUT win over runner.env."
+  exit 0
+fi
+
 case $0 in
   */*) ql_dir=${0%/*} ;;
   *) ql_dir=. ;;
