@@ -29,15 +29,17 @@ def judged_from_words(report: dict, when) -> str:
 
 def format_report(data: dict) -> str:
     """The gate's report as a plain table, then the notes and the reasons."""
+    from qlshadow.cli.textout import shown
     from qlshadow.timefmt import local_text as when
 
     def cell(report, key):
         value = report[key]
         if key in ("missed", "double"):
             return str(len(value) + report[key + "_omitted"])
-        if key == "name" and len(value) > 24:
-            return value[:23] + "~"
-        return str(value)
+        text = shown(str(value))  # a name is anyone's text: no ESC, no line break
+        if key == "name" and len(text) > 24:
+            return text[:23] + "~"
+        return text
 
     window, gate = data["window"], data["gate"]
     lines = [f"reconcile {when(window['since'])} .. {when(window['until'])}: "
@@ -56,5 +58,5 @@ def format_report(data: dict) -> str:
         lines.append("accept failures: " + ", ".join(
             f"{reason} {count}" for reason, count in sorted(gate["failures"].items())))
     for reason in gate["reasons"]:
-        lines.append(f"- {reason}")
+        lines.append(f"- {shown(reason)}")
     return "\n".join(lines) + "\n"

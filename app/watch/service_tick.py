@@ -42,9 +42,11 @@ def run_in_background(ticker: Ticker, settings, database) -> bool:
 
 def channels_for(settings) -> list:
     """The channels the tick sends through: notify.conf's, as `qlshadow notify` reads them."""
+    from qlshadow.files import make_private
     from qlshadow.host.crontab import NOTIFY_CONF, real_data_dir
     from qlshadow.watch import notify
     conf = os.path.join(real_data_dir(settings), NOTIFY_CONF)
+    make_private(conf)  # the channels' credentials: 0600, whoever loosened it since the start
     sources = notify.load_sources(config_file=conf if os.path.isfile(conf) else None)
     return notify.configured_channels(sources.values, sources.origin)
 
