@@ -54,3 +54,18 @@ def test_the_table_and_the_record_escape_their_cells():
     from qlshadow.cli.textout import Column, record, table
     assert table([Column("name")], [["a\nb"]]) == "name\na\\nb\n"
     assert record([("name", "a\x1bb")]) == "name: a\\x1bb\n"
+
+
+@pytest.mark.parametrize("command", [("cron", "disable"), ("cron", "edit", "--alert-after", "2"),
+                                     ("snooze", "--for", "1h")])
+def test_a_control_character_in_a_name_is_escaped_in_what_a_change_prints(
+        settings, odd_cron, command):
+    words = list(command)
+    if words[0] == "snooze":
+        words = ["snooze", str(odd_cron["id"]), *words[1:]]
+    else:
+        words = [*words[:2], str(odd_cron["id"]), *words[2:]]
+    result = run_cli(cli_env(settings), *words)
+    assert result.returncode == 0, result.stderr
+    assert "\x1b" not in result.stdout and SHOWN in result.stdout
+    assert len(result.stdout.splitlines()) == 1

@@ -43,18 +43,12 @@ def test_the_service_tick_makes_a_loosened_notify_conf_0600_again(data):
     assert _mode(path) == 0o600
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "crontab.channels_configured (app/host/crontab.py) reads notify.conf without "
-    "make_private; see audit31's report"))
 def test_a_cron_change_makes_a_loosened_notify_conf_0600_again(data):
     path = _loosened_notify_conf(data.settings())
     data.cli("cron", "add", "*/10 * * * *", "echo second")
     assert _mode(path) == 0o600
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "crontab.recorded_settings (app/host/crontab.py) reads crontab-settings.json without "
-    "make_private; see audit31's report"))
 def test_a_cli_command_makes_a_loosened_install_record_0600_again(data):
     crontab.record_settings(data.settings())
     path = os.path.join(data.path, crontab.RECORD)

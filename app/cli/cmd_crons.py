@@ -6,7 +6,7 @@ import sys
 
 from qlshadow.cli.common import cron_id_of, cron_ids_of, cron_names, open_db, print_json
 from qlshadow.cli.errors import CliError
-from qlshadow.cli.textout import Column, record, table, terminal_width, took, when
+from qlshadow.cli.textout import Column, record, shown, table, terminal_width, took, when
 from qlshadow.host import crontab
 from qlshadow.host.runner import start_manual
 from qlshadow.service import cron_change, crons
@@ -46,7 +46,7 @@ def _cron_state(cron: dict) -> str:
 def _named(ids) -> str:
     """'cron 1 (backup), cron 2 (sync)' for these ids."""
     names = cron_names(ids)
-    return ", ".join(f"cron {i} ({names[i]})" if i in names else f"cron {i}" for i in ids)
+    return ", ".join(f"cron {i} ({shown(names[i])})" if i in names else f"cron {i}" for i in ids)
 
 
 def _health_of(settings, cron_id: int | None = None) -> dict:
@@ -127,7 +127,7 @@ def cmd_cron(args) -> int:
         if args.json:
             print_json(cron)
         else:
-            print(f"added cron {cron['id']} ({cron['name']}) at {cron['schedule']}")
+            print(f"added cron {cron['id']} ({shown(cron['name'])}) at {shown(cron['schedule'])}")
     elif args.cron_cmd == "list":
         settings, database = open_db(args, create=False)
         with database.connection_context():
@@ -201,9 +201,9 @@ def cmd_cron_edit(args) -> int:
     if args.json:
         print_json(cron)
     else:
-        shown = ", ".join(f"{key} {cron[key] if cron[key] is not None else 'none'}"
-                          for key in data)
-        print(f"changed cron {cron['id']} ({cron['name']}): {shown}")
+        changed = ", ".join(f"{key} {cron[key] if cron[key] is not None else 'none'}"
+                            for key in data)
+        print(f"changed cron {cron['id']} ({shown(cron['name'])}): {changed}")
     return 0
 
 
@@ -236,5 +236,5 @@ def cmd_snooze(args) -> int:
     for cron in done:
         what = (f"snoozed until {local_text(cron['snooze_until'])}" if cron["snooze_until"]
                 else "not snoozed")
-        print(f"cron {cron['id']} ({cron['name']}): {what}")
+        print(f"cron {cron['id']} ({shown(cron['name'])}): {what}")
     return 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shlex
 
+from qlshadow.files import make_private
 from qlshadow.host.crontab.data_dir import real_data_dir
 from qlshadow.host.crontab.errors import CrontabError
 from qlshadow.host.crontab.line import MAX_COMMAND_BYTES, line, needs_escape, shell_dir
@@ -31,6 +32,7 @@ def channels_configured(settings) -> bool:
     conf = os.path.join(real_data_dir(settings), NOTIFY_CONF)
     if not os.path.isfile(conf):
         return False
+    make_private(conf)  # it holds channel secrets: 0600 again if someone loosened it
     try:
         values = notify_sources(environ={}, config_file=conf).values
     except (OSError, ValueError):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 
+from qlshadow.files import make_private
 from qlshadow.host.crontab.data_dir import real_data_dir, write_if_changed
 from qlshadow.host.crontab.errors import CrontabError
 
@@ -58,8 +59,10 @@ def record_settings(settings) -> None:
 def recorded_settings(data_dir: str) -> dict | None:
     """What the server last recorded in data_dir, or None (no server started there yet)."""
     import json
+    path = os.path.join(os.path.abspath(data_dir), RECORD)
+    make_private(path)  # it names the database URL, password and all: 0600 again if loosened
     try:
-        with open(os.path.join(os.path.abspath(data_dir), RECORD), encoding="utf-8") as fh:
+        with open(path, encoding="utf-8") as fh:
             record = json.load(fh)
     except (OSError, ValueError):
         return None
