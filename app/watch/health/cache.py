@@ -13,7 +13,6 @@ _DAY = 86400
 _YEAR = 366 * _DAY
 WINDOWS = (2 * 3600, 2 * _DAY, 32 * _DAY, _YEAR + 32 * _DAY)
 
-
 # Firings around now, by (schedule, local zone, window): (lo, hi, firings). A schedule's
 # firings near now change only with the clock, so reads within two hours share them (each
 # entry is worked out two hours ahead). Small: an entry is kept only when it holds at most

@@ -19,11 +19,11 @@ _DAY = 86400
 
 def read_all(now: int | None = None, shadow: bool = True, cron_id: int | None = None,
              count_missed: bool = False, daemon: str | None = None) -> list:
-    """The health of every cron (or one), problems first (see order); read-only.
+    """The health of every cron (or one), problems first (state.order); read-only.
 
     count_missed adds "missed_recent" to each: the missed firings since the oldest of its
     recent executions (or since it was created or last changed), at most a month back.
-    daemon: the cron daemon's kind (evaluate).
+    daemon: the cron daemon's kind (state.evaluate).
     """
     from qlshadow.watch.firing_times import clock_steps, is_active
     now = int(time.time()) if now is None else now
