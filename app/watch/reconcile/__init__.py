@@ -1,0 +1,26 @@
+"""The reconciliation gate: do the Shadow Runs match what crond really did? (no Flask)
+
+On demand and read-only: it evaluates each active cron's schedule over a window the way
+BusyBox crond does, and compares the firings with the Shadow Runs, the Legacy instances
+and the accept failures of that window. gate.py holds the entry point and the verdict,
+reads.py the window's SQL, judge.py what the gate asks health about open Runs, and
+cron_report.py one cron's report.
+
+Firings are worked out by firing_times.py (the way BusyBox crond starts lines, and clock
+steps; the names the gate's callers use are kept here); open Runs are worded, and crond's
+overlap skips told, by health's rules.
+
+The names the rest of the code uses are imported here from the module that holds them.
+"""
+from __future__ import annotations
+
+from qlshadow.watch.firing_times import MAX_WINDOW, LocalClock, firings, next_firing
+from qlshadow.watch.reconcile.cron_report import MAX_LISTED
+from qlshadow.watch.reconcile.gate import ReconcileError, reconcile
+# Read by tests: the gate's verdict text, and one of its statements run as the gate runs it.
+from qlshadow.watch.firing_times import _sql  # noqa: F401
+from qlshadow.watch.reconcile.gate import _gate  # noqa: F401
+from qlshadow.watch.reconcile.reads import _RUN_IDS  # noqa: F401
+
+__all__ = ["MAX_LISTED", "MAX_WINDOW", "LocalClock", "ReconcileError", "firings", "next_firing",
+           "reconcile"]
