@@ -1,7 +1,7 @@
 """The core's own errors: what went wrong, in one sentence a user can act on.
 
 The core (legacy, crons, runner, shadow, reconcile ...) raises these and knows nothing of
-HTTP; the web layer (views/errors.py) and the command line (cli.py) each turn them into
+HTTP; the web layer (views/errors.py) and the command line (cli/entry.py) each turn them into
 their own answer.
 """
 from __future__ import annotations

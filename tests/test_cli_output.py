@@ -138,7 +138,7 @@ def test_runs_is_a_table_of_whole_run_ids_and_json_is_the_apis(client, auth, his
 
     assert table[0] == ["run", "cron", "name", "started", "state", "exit", "took"]
     assert [row[0] for row in table[1:]] == [r["id"] for r in listed]
-    # Open since 2025, far past its limit: every surface calls it stuck (watch/health.py).
+    # Open since 2025, far past its limit: every surface calls it stuck (watch/health/).
     assert table[1][1:] == [str(history["sync"]), "sync", "2025-12-02", "08:00:00", "CST",
                             "stuck", "-", "-"]
     # A Run finishes when its idle callback arrives (here: now, long after SECONDS).

@@ -1,4 +1,4 @@
-"""The crontab lock holds across data dirs and processes (app/host/crontab.py Lock): a cron
+"""The crontab lock holds across data dirs and processes (app/host/crontab/lock.py): a cron
 change of one data dir waits while any other installation holds the lock of the crontab
 they share, and changes of several data dirs made at once each install exactly once,
 each composed from the crontab the one before it installed.

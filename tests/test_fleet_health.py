@@ -1,4 +1,4 @@
-"""Health per host (watch/health.py): an `each` cron on several hosts sharing one PostgreSQL
+"""Health per host (watch/health/): an `each` cron on several hosts sharing one PostgreSQL
 database is missed or late on the host that has no record of a firing; a `one` cron is
 judged once per firing over every host's executions; on SQLite (one host) nothing changes.
 

@@ -1,5 +1,5 @@
 """Crons: `cron add|list|show|rm|enable|disable|run|edit` and `snooze`; a list shows each
-cron's health state (app/watch/health.py), a change installs the crontab that follows."""
+cron's health state (app/watch/health/), a change installs the crontab that follows."""
 from __future__ import annotations
 
 import sys
@@ -51,7 +51,7 @@ def _named(ids) -> str:
 
 def _health_of(settings, cron_id: int | None = None) -> dict:
     """{cron id: (health state, last exit code, how long its last execution took)}: the
-    state word GET /open/crons/health and the page show (app/watch/health.py)."""
+    state word GET /open/crons/health and the page show (app/watch/health/)."""
     import time
 
     from qlshadow.watch import health

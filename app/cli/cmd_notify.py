@@ -12,7 +12,7 @@ from qlshadow.storage import db
 
 
 def cmd_notify(args) -> int:
-    """The tick (alerts.py), or with --test a test message through every channel."""
+    """The tick (watch/alerts/), or with --test a test message through every channel."""
     from qlshadow.watch import notify  # only this command sends notifications: keep it off other paths
     sources = notify.load_sources(config_file=args.config)
     channels = notify.configured_channels(sources.values, sources.origin)

@@ -30,7 +30,7 @@ def _runs_table(listed: list, names: dict, utc: bool) -> str:
     return table(columns, rows, terminal_width())
 
 
-# A Run's state column: the word every surface gives it (watch/health.py's conditions).
+# A Run's state column: the word every surface gives it (watch/health/conditions.py).
 _RUN_WORDS = {"running": "running", "stuck": "stuck", "finish_lost": "finish lost",
               "exited": "exited"}
 # `runs --state` of Runs: the stored states, and the open Runs' conditions (running is the

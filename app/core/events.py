@@ -4,7 +4,7 @@ The callback's Legacy update returns the cron's last alerted state (crons.alert_
 with the row it already writes, and the new state is compared in Python: an ordinary
 callback (a success after a success, a failure after a failure, every start) writes
 nothing more. Only a change writes the cron's new state and one event row. The `notify`
-tick (alerts.py) writes the states it finds by schedule (missed, stuck) through
+tick (watch/alerts/) writes the states it finds by schedule (missed, stuck) through
 `record_if` below, a compare-and-set, so a callback and a tick, or two ticks, never both
 record one change. No Flask, no network: the callback path imports this module.
 """

@@ -165,7 +165,7 @@ def field_count(schedule: str) -> int:
 
 
 # --- quiet hours: "HH:MM-HH:MM" in the box's local time, wrapping midnight when the end
-# comes first; a cron's alerts wait while one holds (alerts.py).
+# comes first; a cron's alerts wait while one holds (watch/alerts/).
 
 def quiet_minutes(text) -> tuple | None:
     """(start, end) minutes of the day of "HH:MM-HH:MM", or None when it is not one

@@ -315,7 +315,7 @@ def snooze(ids: list, until, now: int | None = None) -> list:
     snooze_until (null when not snoozed).
 
     An ended snooze keeps its end (now, or the time it ran out) in the row: the alerts it
-    held back are judged by it (alerts.py), and a cron never snoozed stays null.
+    held back are judged by it (watch/alerts/), and a cron never snoozed stays null.
     """
     from peewee import Case
     require(ids)

@@ -123,18 +123,18 @@ class Cron(BaseModel):
     is_disabled = SmallIntegerField(default=0)
     created_at = BigIntegerField()
     updated_at = BigIntegerField()
-    # Seconds a due firing may go without a record before it counts as missed (health.py);
+    # Seconds a due firing may go without a record before it counts as missed (watch/health/);
     # null: a default from the schedule. Monitoring only: not part of the task revision.
     # Last, where schema step 2 adds it to an older table.
     grace = IntegerField(null=True)
-    # The health state last alerted on (alerts.py): "failed", "missed", "stuck", or null/"ok".
+    # The health state last alerted on (watch/alerts/): "failed", "missed", "stuck", or null/"ok".
     # The callback's Legacy update returns it, so a state change is seen without a read and
     # an event row is written only then. Last, where schema step 4 adds it.
     alert_state = TextField(null=True)
-    # Alert tuning (alerts.py queue_events; schema step 6 adds them, all null for old rows).
+    # Alert tuning (watch/alerts/queueing.py queue_events; schema step 6 adds them, all null for old rows).
     # How the cron is watched, not what it runs: none is a definition field. alert_after:
     # failures in a row before the failed alert is sent (null: 1); max_runtime: seconds
-    # after which an open execution is stuck (null: health.py's rule); quiet: recurring
+    # after which an open execution is stuck (null: watch/health/'s rule); quiet: recurring
     # quiet hours "HH:MM-HH:MM", local time; snooze_until: no alert is sent before it.
     alert_after = SmallIntegerField(null=True)
     max_runtime = IntegerField(null=True)
@@ -175,7 +175,7 @@ RunningInstance.add_index(
                           where=(RunningInstance.status == INSTANCE_RUNNING),
                           name="running_instances_open"))
 # GET /open/crons/<id>/instances and the status page's strips (newest first), the per-cron
-# row cap of retention, and the gate's read of a cron's instances (reconcile.py says why no
+# row cap of retention, and the gate's read of a cron's instances (watch/reconcile/ says why no
 # (cron_id, started_at) index: one more page written per callback).
 RunningInstance.add_index(
     RunningInstance.index(RunningInstance.cron, RunningInstance.id, name="running_instances_cron"))
@@ -269,7 +269,7 @@ class ShadowFailure(BaseModel):
 
 class AlertEvent(BaseModel):
     """A cron's health state changed (failed, ok again, missed, stuck): one row per change,
-    written by the callback's transaction or by the `notify` tick (alerts.py)."""
+    written by the callback's transaction or by the `notify` tick (watch/alerts/)."""
     id = AutoField()
     cron = ForeignKeyField(Cron, column_name="cron_id", on_delete="CASCADE", index=False)
     at = BigIntegerField()
@@ -380,7 +380,7 @@ class Host(BaseModel):
     block_wanted = BigIntegerField(default=0)
     block_installed = BigIntegerField(default=0)
     # "silent" once alerted as silent, null once alerted back (or never): the compare-and-set
-    # that makes one tick of the whole fleet send each change (watch/alerts.py).
+    # that makes one tick of the whole fleet send each change (watch/alerts/).
     alert_state = TextField(null=True)
 
     class Meta:

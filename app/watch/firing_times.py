@@ -3,8 +3,8 @@
 Schedules are matched by cronsim; this module only decides which wall-clock minutes map to
 which instants (BusyBox crond tests every real minute by its local time: a minute in the
 spring-forward gap never fires, one in the autumn repeat fires twice) and BusyBox's
-day-of-month / day-of-week rule. docs/SHADOW.md explains both. The gate (reconcile.py)
-and health (health.py) both judge firings with it.
+day-of-month / day-of-week rule. docs/SHADOW.md explains both. The gate (watch/reconcile/)
+and health (watch/health/) both judge firings with it.
 """
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ once. While it is open, the missed and stuck events the ticks find are folded in
 folded event. The first tick the service answers again (its own, or a fallback tick given
 --answered) closes it with a compare-and-set on `is_open`. Each outage sends two messages,
 "not answering" and "answering again" (naming the crons whose events it folded), each
-claimed, sent and marked like a delivery (alerts.py), so each goes out once per channel.
+claimed, sent and marked like a delivery (watch/alerts/), so each goes out once per channel.
 """
 from __future__ import annotations
 

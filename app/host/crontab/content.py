@@ -42,7 +42,7 @@ def channels_configured(settings) -> bool:
 
 def notify_line(settings, fleet: bool = False) -> str:
     """The block's own line: shell/tick.sh every minute, which asks the running service to
-    tick and starts `qlshadow notify` only when it does not answer (alerts.py, outage.py),
+    tick and starts `qlshadow notify` only when it does not answer (watch/alerts/, watch/outage.py),
     so crond is the only clock. With no channel configured a comment (nothing runs),
     except on a host of a fleet (its tick records it and installs its block); in node mode
     a comment, like every line."""

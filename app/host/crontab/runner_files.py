@@ -81,7 +81,7 @@ def prepare_runner(settings) -> None:
 def notify_conf_text(settings, environ=None) -> str:
     """The text of notify.conf: what `qlshadow notify` needs, as this process sees it.
 
-    The channels' variables come from the conf file and the environment (notify.py's
+    The channels' variables come from the conf file and the environment (watch/notify/'s
     rule: the environment wins), so a channel set only in the service's environment
     reaches the tick that crond starts with almost no environment.
     """

@@ -26,7 +26,7 @@ def _step_release_before_versions(db: Database) -> str | None:
 
 
 def _step_cron_grace(db: Database) -> None:
-    """Version 3: a cron's own grace period (health.py), null for the default."""
+    """Version 3: a cron's own grace period (watch/health/), null for the default."""
     add_column(db, Cron, "grace")
 
 

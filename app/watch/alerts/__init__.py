@@ -5,7 +5,7 @@ Either way sending never delays a callback (tick_steps.py runs the steps in orde
 
 0. **Hosts** of a fleet going silent and coming back, told once for the fleet (hosts.py).
 1. **Find** what the schedule says and no callback can (finding.py): crons that missed a
-   firing or are stuck (health.py), and a missed or stuck cron that is ok again without a
+   firing or are stuck (watch/health/), and a missed or stuck cron that is ok again without a
    finish saying so. Each change is recorded as the callback records its own
    (events.record_if, a compare-and-set on crons.alert_state), so two ticks never record
    one change twice.

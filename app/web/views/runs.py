@@ -30,7 +30,7 @@ def listing():
 
 def _with_conditions(runs: list) -> list:
     """Each Run with its derived "condition" (running, stuck, finish_lost or exited), the
-    word every surface gives it (watch/health.py); its stored state stays as it is."""
+    word every surface gives it (watch/health/); its stored state stays as it is."""
     import time
 
     from qlshadow.host.crond import kind_for
