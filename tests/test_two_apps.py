@@ -53,3 +53,38 @@ def test_two_apps_in_one_process_each_write_only_their_own_database(tmp_path):
         path = tmp_path / name / "qlshadow.db"
         assert _rows(path, Cron._meta.table_name, "name") == [f"only-{name}"]
         assert _rows(path, RunningInstance._meta.table_name, "log_path") == [f"{name}/1.log"]
+
+
+def test_a_write_held_open_on_one_apps_database_does_not_hold_up_the_others(tmp_path):
+    # Each SQLite database has its own write lock: a long transaction on "a" (a prune, an
+    # install's dry run) must not make "b"'s callbacks wait.
+    import threading
+
+    from qlshadow.core.runtime import KEY as RUNTIME_KEY
+    from qlshadow.storage.models import database as models
+    (client_a, _), (client_b, auth_b) = (_app_and_auth(tmp_path / n) for n in ("a", "b"))
+    database_a = client_a.application.extensions[RUNTIME_KEY].database
+    holding, release = threading.Event(), threading.Event()
+
+    def hold_a():
+        models.bind_thread(database_a)
+        with database_a.connection_context(), db.write_transaction():
+            holding.set()
+            release.wait(30)
+
+    holder, writer = threading.Thread(target=hold_a), None
+    holder.start()
+    try:
+        assert holding.wait(10)
+        answers = []
+        writer = threading.Thread(target=lambda: answers.append(client_b.put(
+            "/open/crons/status", headers=auth_b, json={"ids": [1], "status": 0})))
+        writer.start()
+        writer.join(10)
+        assert [a.status_code for a in answers] == [200]
+    finally:
+        release.set()
+        holder.join(30)
+        if writer is not None:
+            writer.join(30)
+    db.discard_connection()

@@ -53,6 +53,14 @@ class RouterSqliteDatabase(ConnectHook, SqliteDatabase):
     page_size = None  # a new file's page size when not schema.PAGE_SIZE (make_database)
     checkpoint_pages = None  # wal_autocheckpoint as given, else WAL_CHECKPOINT_BYTES' pages
 
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        # One writer at a time on this database inside this process: SQLite allows one
+        # writer anyway, and a Python lock hands the turn over without the busy handler's
+        # sleep-and-retry. Across processes (or a second database object on the same file)
+        # the busy timeout and the unique keys still decide.
+        self.write_lock = threading.Lock()
+
     def rollback(self):
         if not self.is_closed() and not self.connection().in_transaction:
             return

@@ -3,13 +3,12 @@
 Connections are per thread and kept open across requests: waitress runs a fixed pool of
 threads, so each opens one connection (and runs the pragmas) once instead of per request.
 A connection that failed is closed so the next request on that thread reconnects.
-On SQLite a write transaction is BEGIN IMMEDIATE under one process-wide write lock;
+On SQLite a write transaction is BEGIN IMMEDIATE under the database's write lock;
 long work (`qlshadow prune`) writes in slices that leave the lock free between them.
 """
 from __future__ import annotations
 
 import select
-import threading
 import time
 from contextlib import contextmanager
 
@@ -18,10 +17,6 @@ from qlshadow.storage.models import database
 from qlshadow.storage.peewee_compat import connection, forget_connection
 from qlshadow.storage.peewee_compat import driver_errors as _driver_errors
 
-# One writer at a time inside this process: SQLite allows one writer anyway, and a Python
-# lock hands the turn over without the busy handler's sleep-and-retry. Across processes
-# the busy timeout and the unique keys still decide.
-_sqlite_write_lock = threading.Lock()
 
 
 def ensure_connection() -> None:
@@ -65,7 +60,7 @@ def discard_connection() -> None:
 
 
 def write_transaction():
-    """One write transaction: BEGIN IMMEDIATE under the process lock on SQLite."""
+    """One write transaction: BEGIN IMMEDIATE under the database's write lock on SQLite."""
     db = database.obj
     if is_sqlite(db):
         return _SqliteWrite(db)
@@ -94,7 +89,7 @@ def write_slice():
 
 
 class _SqliteWrite:
-    """BEGIN IMMEDIATE ... COMMIT on the driver's connection, under the process write lock.
+    """BEGIN IMMEDIATE ... COMMIT on the driver's connection, under the database's write lock.
 
     What Peewee's atomic("IMMEDIATE") does, in about 6 µs less per transaction (its context
     managers and cursor checks; docs/PERFORMANCE.md). It stands on Peewee's transaction
@@ -107,12 +102,12 @@ class _SqliteWrite:
         self.db = db
 
     def __enter__(self):
-        _sqlite_write_lock.acquire()
+        self.db.write_lock.acquire()
         try:
             with _driver_errors:
                 self.db.connection().execute("BEGIN IMMEDIATE")
         except BaseException:
-            _sqlite_write_lock.release()
+            self.db.write_lock.release()
             raise
         self.db.push_transaction(self)
 
@@ -130,7 +125,7 @@ class _SqliteWrite:
             else:
                 db.rollback()
         finally:
-            _sqlite_write_lock.release()
+            db.write_lock.release()
         return False
 
 
