@@ -13,13 +13,12 @@ from __future__ import annotations
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 
 import pytest
 
-from helpers import ROOT
+from helpers import ROOT, free_port
 
 pytestmark = pytest.mark.skipif(
     not os.access(os.path.join(sys.prefix, "bin", "qlshadow"), os.X_OK),
@@ -68,12 +67,6 @@ def pattern(line: str) -> re.Pattern:
             out.append(r"[0-9]+(?:\.[0-9]+)*")
     out.append(re.escape(line[at:]))
     return re.compile("".join(out))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture
