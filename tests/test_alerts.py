@@ -407,8 +407,8 @@ def test_an_idle_tick_writes_nothing_and_reuses_the_firings_it_kept(
                 for p in (database, database + "-wal")] if db.is_sqlite() else []
 
     written = sizes()
-    from qlshadow.watch import health
-    health._NEAR.clear()  # as in a new process: only the file can give them back
+    from qlshadow.watch.health import cache
+    cache._NEAR.clear()  # as in a new process: only the file can give them back
     assert tick(settings, channels, now + 60) == dict.fromkeys(
         ("found", "queued", "sent", "retrying", "given_up"), 0)
     assert os.stat(kept).st_ino == before.st_ino and os.stat(kept).st_mtime == before.st_mtime

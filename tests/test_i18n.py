@@ -342,7 +342,7 @@ def test_with_ql_lang_zh_cn_reasons_are_chinese_and_machine_words_english(zh_app
 
 
 def test_the_gates_reasons_in_chinese_name_the_same_figures():
-    from qlshadow.watch.reconcile import _gate
+    from qlshadow.watch.reconcile.gate import _gate
     reports = [{"cron_id": 7, "name": "a", "verdict": "fail", "reasons": ["x"]}]
     token = i18n.use("zh_CN")
     try:

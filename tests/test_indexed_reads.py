@@ -223,7 +223,9 @@ def test_every_read_of_the_gate_goes_through_an_index_the_product_creates(gate_h
                                      cron_id=a if one_cron else None,
                                      now=1700000000 + 2 * 86400)
         # The Runs of a doubled firing are read only when there is one: run it here.
-        db.database.obj.execute_sql(reconcile._sql(reconcile._RUN_IDS),
+        from qlshadow.watch.firing_times import _sql
+        from qlshadow.watch.reconcile.reads import _RUN_IDS
+        db.database.obj.execute_sql(_sql(_RUN_IDS),
                                     (a, 1700000000, 1700000060)).fetchall()
         plans = {sql: gate_reads_off_index(sql, params) for sql, params in recorded}
 

@@ -19,8 +19,6 @@ from qlshadow.watch.health.missed import firing_started, missed_after, skipped_b
 from qlshadow.watch.health.reads import RECENT, judge_per_host, recent_executions
 from qlshadow.watch.health.runs import run_conditions, with_conditions
 from qlshadow.watch.health.state import PROBLEMS, STATES, alert_mark_text, evaluate, public
-# The firings cache itself, which a test empties to start as a new process does.
-from qlshadow.watch.health.cache import _NEAR  # noqa: F401
 
 __all__ = [
     "CONDITIONS", "MAX_CRONS", "NO_FIRINGS", "PROBLEMS", "RECENT", "STATES", "Execution",

@@ -17,10 +17,6 @@ from __future__ import annotations
 from qlshadow.watch.firing_times import MAX_WINDOW, LocalClock, firings, next_firing
 from qlshadow.watch.reconcile.cron_report import MAX_LISTED
 from qlshadow.watch.reconcile.gate import ReconcileError, reconcile
-# Read by tests: the gate's verdict text, and one of its statements run as the gate runs it.
-from qlshadow.watch.firing_times import _sql  # noqa: F401
-from qlshadow.watch.reconcile.gate import _gate  # noqa: F401
-from qlshadow.watch.reconcile.reads import _RUN_IDS  # noqa: F401
 
 __all__ = ["MAX_LISTED", "MAX_WINDOW", "LocalClock", "ReconcileError", "firings", "next_firing",
            "reconcile"]
