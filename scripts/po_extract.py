@@ -90,7 +90,8 @@ def _parse():
 
 
 def write(po_path: str = PO) -> tuple:
-    """Add missing sentences (empty msgstr) and drop the ones no longer marked."""
+    """Add missing sentences (empty msgstr), drop the ones no longer marked, and name where
+    each is marked now."""
     parse = _parse()
     with open(po_path, encoding="utf-8") as fh:
         text = fh.read()
@@ -101,9 +102,9 @@ def write(po_path: str = PO) -> tuple:
         key = next(iter(parse(block + "\n", po_path).keys() or [None]), None)
         if key is None:  # untranslated: keep it if still marked
             key = _msgid_of(block)
-        if key in wanted:
-            kept.append(block)
-            wanted.pop(key)
+        if key in wanted:  # kept, its source location brought up to date
+            lines = [line for line in block.splitlines() if not line.startswith("#: ")]
+            kept.append("\n".join([f"#: {wanted.pop(key)}", *lines]))
         else:
             dropped += 1
     for key, where in wanted.items():

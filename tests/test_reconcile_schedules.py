@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from qlshadow.watch.reconcile import LocalClock, firings
+from qlshadow.watch.firing_times import LocalClock, firings
 from reconcile_history import local_zone
 
 NAMES = {**{m: i for i, m in enumerate("jan feb mar apr may jun jul aug sep oct nov dec".split(), 1)},

@@ -186,7 +186,7 @@ def test_the_cli_gate_past_local_time_exits_2_naming_until(settings, client, aut
 
 
 def test_the_next_firing_a_reason_names_stops_at_the_hosts_last_local_second():
-    from qlshadow.watch.reconcile import MAX_WINDOW, next_firing
+    from qlshadow.watch.firing_times import MAX_WINDOW, next_firing
     limit = timefmt.local_limit()
 
     near = next_firing("*/5 * * * *", limit - 2 * 86400, limit + MAX_WINDOW)

@@ -6,17 +6,14 @@ and the accept failures of that window. gate.py holds the entry point and the ve
 reads.py the window's SQL, judge.py what the gate asks health about open Runs, and
 cron_report.py one cron's report.
 
-Firings are worked out by firing_times.py (the way BusyBox crond starts lines, and clock
-steps; the names the gate's callers use are kept here); open Runs are worded, and crond's
-overlap skips told, by health's rules.
+Firings are worked out by watch/firing_times.py (the way BusyBox crond starts lines, and
+clock steps); open Runs are worded, and crond's overlap skips told, by health's rules.
 
 The names the rest of the code uses are imported here from the module that holds them.
 """
 from __future__ import annotations
 
-from qlshadow.watch.firing_times import MAX_WINDOW, LocalClock, firings, next_firing
 from qlshadow.watch.reconcile.cron_report import MAX_LISTED
 from qlshadow.watch.reconcile.gate import ReconcileError, reconcile
 
-__all__ = ["MAX_LISTED", "MAX_WINDOW", "LocalClock", "ReconcileError", "firings", "next_firing",
-           "reconcile"]
+__all__ = ["MAX_LISTED", "ReconcileError", "reconcile"]
