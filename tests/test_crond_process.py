@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 
 import pytest
 
@@ -171,6 +172,34 @@ def test_the_status_pages_health_says_crond_does_not_run(app, client, auth, toke
     assert client.post("/page/login", data={"token": token}).status_code in (302, 303)
     page = client.get("/page/health").get_data(as_text=True)
     assert "<dt>Crontab</dt>" in page and ">installed, crond not running</span>" in page
+
+
+def test_metrics_say_whether_crond_runs_beside_the_install_state(app, client, auth,
+                                                                   make_settings, tmp_path,
+                                                                   monkeypatch):
+    _system(make_settings, tmp_path, app)
+    monkeypatch.setattr(crond, "ROOT", str(tmp_path))  # not OpenWrt: nothing is started
+    monkeypatch.setattr(crond, "PROC", fake_proc(tmp_path, p1=("init", ["/sbin/init"])))
+    assert client.post("/open/crons", json={"name": "a", "command": "true",
+                                            "schedule": "* * * * *"},
+                       headers=auth).status_code == 200
+
+    from qlshadow.core.auth import create_app_record, issue_token
+    from qlshadow.storage import db
+    from qlshadow.storage.models import App
+    with db.database.connection_context(), db.write_transaction():
+        create_app_record("prometheus", ["metrics"])
+        value, _ = issue_token(App.get(App.name == "prometheus").id, int(time.time()))
+
+    def gauges() -> dict:
+        text = client.get("/metrics", headers={"Authorization": f"Bearer {value}"}).get_data(
+            as_text=True)
+        return dict(line.split() for line in text.splitlines()
+                    if line.startswith(("qlshadow_crontab_installed ", "qlshadow_crond_running ")))
+
+    assert gauges() == {"qlshadow_crontab_installed": "1", "qlshadow_crond_running": "0"}
+    monkeypatch.setattr(crond, "PROC", fake_proc(tmp_path / "data", p4=("crond", ["crond"])))
+    assert gauges()["qlshadow_crond_running"] == "1"
 
 
 def test_the_kind_of_cron_daemon_tells_busybox_crond_from_daemons_that_overlap_runs(tmp_path):

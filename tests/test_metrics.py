@@ -396,6 +396,10 @@ tests:
         values: '0 0 0 0'
       - series: 'qlshadow_data_free_bytes{{instance="router"}}'
         values: '1048576x10'
+      - series: 'qlshadow_crontab_installed{{instance="router"}}'
+        values: '1x10'
+      - series: 'qlshadow_crond_running{{instance="router"}}'
+        values: '1 1 0 0 0 0 0 0 0 0'
     alert_rule_test:
       - eval_time: 2m
         alertname: CronMissed
@@ -418,6 +422,17 @@ tests:
             exp_annotations:
               summary: 'Less than 2 MiB free for qlshadow on router'
               description: 'Run `qlshadow prune` or free space; a full disk fails every callback.'
+      - eval_time: 5m
+        alertname: QlshadowCrondNotRunning
+        exp_alerts: []
+      - eval_time: 8m
+        alertname: QlshadowCrondNotRunning
+        exp_alerts:
+          - exp_labels: {{severity: critical, instance: router}}
+            exp_annotations:
+              summary: 'No cron daemon runs on router'
+              description: 'The crontab is installed but nothing starts it: every firing will be missed.
+                On OpenWrt: /etc/init.d/cron enable && /etc/init.d/cron start.'
 """
 
 

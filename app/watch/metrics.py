@@ -189,9 +189,14 @@ def _host_families(out: _Text, settings) -> None:
                    [({}, free)])
     if settings.scheduler == "system":
         from qlshadow.host.crontab import install_state
+        from qlshadow.host.crond import crond_running
         out.family("qlshadow_crontab_installed", "gauge",
                    "1 when the last crontab sync installed the crontab, else 0.",
                    [({}, int(install_state(settings) == "installed"))])
+        # An installed crontab starts nothing without a daemon: /health says so in words.
+        out.family("qlshadow_crond_running", "gauge",
+                   "1 when a cron daemon runs on this host, else 0.",
+                   [({}, int(crond_running()))])
 
 
 def render(counters: Counters, settings=None, policy=None) -> str:
