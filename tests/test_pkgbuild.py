@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import configparser
+import glob
 import hashlib
 import io
 import os
@@ -193,6 +194,78 @@ def test_blanking_the_shipped_sources_changes_no_code_and_no_line_number(staged)
                     strip_columns(without_docstrings(original)), file
                 checked += 1
     assert checked > 100
+
+
+COMPACT_SAMPLE = b'''\
+# -*- coding: utf-8 -*-
+import os, \\
+    sys
+
+
+@staticmethod
+def f(a, *args, b: int = -1, **kw) -> "dict[str, int]":
+    if a ** -b and a[1:-1] != 1 .real and 0x1f if a else b:
+        return {"x": [a, (b,
+                          c)],   # inside brackets
+                **kw}
+    s = "" "x" 'y'
+    t = f"{a!r:>{b}} {{literal}} {'q'}"
+    u = """\\
+kept   as   written"""
+    return s if a in"ab" else lambda x, y=2: x@y
+    x = a is not b; y = not-a
+'''
+
+
+def test_compacting_keeps_every_token_on_its_line():
+    compact = stage.compact_layout(COMPACT_SAMPLE)
+
+    assert len(compact) < len(COMPACT_SAMPLE) * 0.8
+    assert compact.count(b"\n") == COMPACT_SAMPLE.count(b"\n")
+    assert compact.startswith(b"# -*- coding: utf-8 -*-\n")
+    assert b'\ndef f(a,*args,b:int=-1,**kw)->"dict[str, int]":\n' in compact
+    assert b"\n if a**-b and a[1:-1]!=1 .real and 0x1f if a else b:\n" in compact
+    assert b"\n  return{" in compact and b"\n**kw}\n" in compact
+    assert b'"" "x" \'y\'' in compact and b"kept   as   written" in compact
+    assert b"inside brackets" not in compact and b"import os,\\\nsys\n" in compact
+    assert strip_columns(ast.dump(ast.parse(compact), include_attributes=True)) == \
+        strip_columns(ast.dump(ast.parse(COMPACT_SAMPLE), include_attributes=True))
+
+
+def code_shape(code) -> list:
+    """What Python compiled, columns aside: byte code, names, constants, line table."""
+    shape = [code.co_code, code.co_names, code.co_varnames, list(code.co_lines())]
+    for const in code.co_consts:
+        shape.append(code_shape(const) if hasattr(const, "co_code") else repr(const))
+    return shape
+
+
+def test_the_shipped_sources_compile_to_the_originals_code_docstrings_aside(staged):
+    # The shipped module against the original, both with docstrings emptied: the same byte
+    # code at the same line numbers (only columns, which tracebacks' carets use, move).
+    originals = {os.path.join(stage.LIB, "qlshadow", os.path.relpath(p, os.path.join(ROOT, "app"))): p
+                 for p in glob.glob(os.path.join(ROOT, "app", "**", "*.py"), recursive=True)}
+    for bundle in stage.read_bundled():
+        dist = metadata.distribution(bundle.name)
+        for file in dist.files or ():
+            originals[os.path.join(stage.LIB, "vendor", str(file))] = str(dist.locate_file(file))
+    checked = 0
+    for folder, _dirs, names in os.walk(staged.tree + stage.LIB):
+        for name in names:
+            if not name.endswith(".py"):
+                continue
+            shipped_path = os.path.join(folder, name)
+            device_path = shipped_path[len(staged.tree):]
+            if device_path not in originals:
+                continue
+            with open(shipped_path, "rb") as fh, open(originals[device_path], "rb") as orig:
+                shipped, original = fh.read(), orig.read()
+            assert stage.compact_layout(shipped) == shipped, device_path  # nothing left to do
+            assert code_shape(compile(shipped, device_path, "exec", dont_inherit=True)) == \
+                code_shape(compile(stage.blank_docs(original), device_path, "exec",
+                                   dont_inherit=True)), device_path
+            checked += 1
+    assert checked > 200
 
 
 def strip_columns(dump: str) -> str:

@@ -312,8 +312,129 @@ def blank_docs(source: bytes) -> bytes:
     return b"".join(lines)
 
 
+# Operators tokenize knows; two operators written together need a space when the first
+# and the start of the second begin a longer one ("*" "*", "=" "=", "." "..").
+_OPERATORS = tuple(tokenize.EXACT_TOKEN_TYPES)
+_FSTRING_START = getattr(tokenize, "FSTRING_START", None)
+_FSTRING_END = getattr(tokenize, "FSTRING_END", None)
+
+
+def _word(char: str) -> bool:
+    return char.isalnum() or char == "_" or not char.isascii()
+
+
+def _space_between(before, after) -> bool:
+    """Whether two tokens of one line need a space between them to stay two tokens."""
+    last, first = before.string[-1], after.string[0]
+    if before.type == tokenize.NUMBER and (_word(first) or first == "."):
+        return True  # 1 .real, 0x1 if
+    if _word(last) and (_word(first) or after.type == tokenize.STRING or first in "'\""):
+        return True  # names, keywords, numbers; a name before a string is never its prefix
+    if before.type == tokenize.STRING and after.type == tokenize.STRING:
+        return True  # "" "x" would open a triple-quoted string
+    if before.type == tokenize.OP and after.type == tokenize.OP:
+        joined = before.string + after.string[0]
+        return any(op.startswith(joined) for op in _OPERATORS)
+    return False
+
+
+def _significant(source: bytes) -> list:
+    """What compact_layout() must keep of a module's tokens: each one's type, text (but an
+    indent's) and line."""
+    kept = []
+    for token in tokenize.tokenize(io.BytesIO(source).readline):
+        if token.type in (tokenize.COMMENT, tokenize.NL, tokenize.ENCODING):
+            continue
+        text = "" if token.type == tokenize.INDENT else token.string
+        # A dedent or the end of the file is on the line of what follows, trailing blank
+        # lines included; the tokens that follow keep their own lines.
+        row = 0 if token.type in (tokenize.DEDENT, tokenize.ENDMARKER) else token.start[0]
+        kept.append((token.type, text, row))
+    return kept
+
+
+def compact_layout(source: bytes) -> bytes:
+    """A module's source rewritten with the least white space that keeps its tokens: one
+    space per indentation level, no space between tokens that need none, no comment but a
+    coding line; every token stays on its line (the same code at the same line numbers).
+    Strings, f-strings included, are kept as written. Raises BuildError if the result's
+    tokens are not the source's."""
+    lines = source.splitlines(keepends=True)
+    out: list = []
+    row = 1           # the line out's end is on
+    depth = 0         # indentation level
+    brackets = 0      # open ( [ {
+    line_start = True
+    prev = None
+    fstrings = 0      # open f-strings (Python 3.12+ tokenizes their parts)
+    fstring_from = None
+    for token in tokenize.tokenize(io.BytesIO(source).readline):
+        kind = token.type
+        if kind == tokenize.ENCODING:
+            if token.string != "utf-8":
+                raise BuildError(f"only UTF-8 sources are compacted, not {token.string}")
+            continue
+        if kind == tokenize.ENDMARKER:
+            continue
+        if kind == tokenize.COMMENT:
+            if token.start[0] <= 2 and _CODING.match(lines[token.start[0] - 1]):
+                out.append("\n" * (token.start[0] - row) + " " * (not line_start) + token.string)
+                row = token.start[0]
+            continue
+        if fstrings:
+            if kind == _FSTRING_START:
+                fstrings += 1
+            elif kind == _FSTRING_END:
+                fstrings -= 1
+            if fstrings:
+                continue
+            token = tokenize.TokenInfo(tokenize.STRING, _text(lines, fstring_from, token.end),
+                                       fstring_from, token.end, token.line)
+            kind = tokenize.STRING
+        elif kind == _FSTRING_START:
+            fstrings, fstring_from = 1, token.start
+            continue
+        if kind == tokenize.INDENT:
+            depth += 1
+            continue
+        if kind == tokenize.DEDENT:
+            depth -= 1
+            continue
+        if kind == tokenize.NL:
+            continue
+        if kind == tokenize.NEWLINE:
+            line_start, prev = True, None
+            continue
+        start_row = token.start[0]
+        if line_start:
+            out.append("\n" * (start_row - row) + " " * depth)
+            line_start = False
+        elif start_row > row:
+            out.append(("\n" if brackets else "\\\n") * (start_row - row))
+        elif prev is not None and _space_between(prev, token):
+            out.append(" ")
+        out.append(token.string)
+        row = token.end[0]
+        prev = token
+        if kind == tokenize.OP:
+            brackets += token.string in "([{"
+            brackets -= token.string in ")]}"
+    text = ("".join(out) + "\n").encode("utf-8")
+    if _significant(text) != _significant(source):
+        raise BuildError("compacting a module changed its tokens")
+    return text
+
+
+def _text(lines: list, start: tuple, end: tuple) -> str:
+    """The source text from one (row, column) to another, columns counted in characters."""
+    rows = [line.decode("utf-8") for line in lines[start[0] - 1:end[0]]]
+    if len(rows) == 1:
+        return rows[0][start[1]:end[1]]
+    return rows[0][start[1]:] + "".join(rows[1:-1]) + rows[-1][:end[1]]
+
+
 def blank_tree(lib_dir: str) -> None:
-    """blank_docs() every .py under lib_dir, in place."""
+    """blank_docs() then compact_layout() every .py under lib_dir, in place."""
     for folder, _dirs, names in os.walk(lib_dir):
         for name in names:
             if name.endswith(".py"):
@@ -321,7 +442,7 @@ def blank_tree(lib_dir: str) -> None:
                 with open(path, "rb") as fh:
                     source = fh.read()
                 with open(path, "wb") as fh:
-                    fh.write(blank_docs(source))
+                    fh.write(compact_layout(blank_docs(source)))
 
 
 # --- byte code -------------------------------------------------------------------------------
