@@ -4,10 +4,11 @@ The tree is conf/openwrt/files.txt's files plus the libraries pinned in
 conf/openwrt/bundled.txt, copied from the building Python's install, which must hold exactly
 those versions, less the modules nothing of ours imports (bundled.txt's ~PATH).
 
-Python modules ship as sources with their docstrings and comments blanked, every line kept
-where it was (tracebacks still point at the right line): the smallest package
-(docs/PERFORMANCE.md, "OpenWrt packages"). /usr/bin/qlshadow keeps the byte code Python
-compiles from them in RAM (/tmp), never beside them. The other forms (`code=`, `blank=`,
+Python modules ship as sources with their docstrings and comments blanked, their white
+space and function annotations left out, every token kept on its line (tracebacks still
+point at the right line): the smallest package (docs/PERFORMANCE.md, "OpenWrt packages").
+/usr/bin/qlshadow keeps the byte code Python compiles from them in RAM (/tmp), never beside
+them. The other forms (`code=`, `blank=`,
 `trim=`) are what scripts/bench_package_start.py compares.
 """
 from __future__ import annotations
@@ -353,13 +354,17 @@ def _significant(source: bytes) -> list:
     return kept
 
 
-def compact_layout(source: bytes) -> bytes:
+def compact_layout(source: bytes, annotations: bool = True) -> bytes:
     """A module's source rewritten with the least white space that keeps its tokens: one
     space per indentation level, no space between tokens that need none, no comment but a
     coding line; every token stays on its line (the same code at the same line numbers).
-    Strings, f-strings included, are kept as written. Raises BuildError if the result's
-    tokens are not the source's."""
+    Strings, f-strings included, are kept as written. Without annotations, the annotations
+    of function parameters and returns are left out too (variables' stay: dataclasses and
+    named tuples are made from them). Raises BuildError if the result's tokens (or, without
+    annotations, its syntax tree) are not the source's."""
     lines = source.splitlines(keepends=True)
+    tokens = list(tokenize.tokenize(io.BytesIO(source).readline))
+    dropped = set() if annotations else _annotation_tokens(source, lines, tokens)
     out: list = []
     row = 1           # the line out's end is on
     depth = 0         # indentation level
@@ -368,7 +373,9 @@ def compact_layout(source: bytes) -> bytes:
     prev = None
     fstrings = 0      # open f-strings (Python 3.12+ tokenizes their parts)
     fstring_from = None
-    for token in tokenize.tokenize(io.BytesIO(source).readline):
+    for index, token in enumerate(tokens):
+        if index in dropped:
+            continue
         kind = token.type
         if kind == tokenize.ENCODING:
             if token.string != "utf-8":
@@ -420,9 +427,60 @@ def compact_layout(source: bytes) -> bytes:
             brackets += token.string in "([{"
             brackets -= token.string in ")]}"
     text = ("".join(out) + "\n").encode("utf-8")
-    if _significant(text) != _significant(source):
+    if annotations and _significant(text) != _significant(source):
         raise BuildError("compacting a module changed its tokens")
+    if not annotations and _tree_lines(text, False) != _tree_lines(source, False):
+        raise BuildError("leaving out a module's annotations changed more than them")
     return text
+
+
+def _tree_lines(source: bytes, annotations: bool = True) -> str:
+    """A module's syntax tree with each node's lines (not columns), optionally without the
+    annotations of function parameters and returns."""
+    tree = ast.parse(source)
+    if not annotations:
+        for node in ast.walk(tree):
+            if isinstance(node, ast.arg):
+                node.annotation = None
+                node.end_lineno = node.lineno  # a parameter's node ends with its annotation
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                node.returns = None
+    return re.sub(r"(end_)?col_offset=\d+", "", ast.dump(tree, include_attributes=True))
+
+
+def _annotation_tokens(source: bytes, lines: list, tokens: list) -> set:
+    """The indexes in tokens of the function annotations and the ":" or "->" before each."""
+    def char_position(row: int, byte_col: int) -> tuple:
+        return row, len(lines[row - 1][:byte_col].decode("utf-8"))
+
+    spans = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.arg) and node.annotation is not None:
+            found = node.annotation
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.returns:
+            found = node.returns
+        else:
+            continue
+        spans.append((char_position(found.lineno, found.col_offset),
+                      char_position(found.end_lineno, found.end_col_offset)))
+    dropped = set()
+    starts = {token.start: index for index, token in enumerate(tokens)}
+    for start, end in spans:
+        index = starts[start]
+        before, parens = index - 1, 0
+        while tokens[before].type in (tokenize.NL, tokenize.COMMENT) or tokens[before].string == "(":
+            dropped.add(before)
+            parens += tokens[before].string == "("
+            before -= 1
+        if tokens[before].string not in (":", "->"):
+            raise BuildError(f"an annotation at line {start[0]} follows {tokens[before].string!r}")
+        dropped.add(before)
+        while index < len(tokens) and (tokens[index].start < end or parens):
+            if tokens[index].start >= end and tokens[index].string == ")":
+                parens -= 1
+            dropped.add(index)
+            index += 1
+    return dropped
 
 
 def _text(lines: list, start: tuple, end: tuple) -> str:
@@ -434,7 +492,8 @@ def _text(lines: list, start: tuple, end: tuple) -> str:
 
 
 def blank_tree(lib_dir: str) -> None:
-    """blank_docs() then compact_layout() every .py under lib_dir, in place."""
+    """blank_docs() then compact_layout() without function annotations, every .py under
+    lib_dir, in place (nothing shipped reads a function's annotations: tests/test_pkgbuild.py)."""
     for folder, _dirs, names in os.walk(lib_dir):
         for name in names:
             if name.endswith(".py"):
@@ -442,7 +501,7 @@ def blank_tree(lib_dir: str) -> None:
                 with open(path, "rb") as fh:
                     source = fh.read()
                 with open(path, "wb") as fh:
-                    fh.write(compact_layout(blank_docs(source)))
+                    fh.write(compact_layout(blank_docs(source), annotations=False))
 
 
 # --- byte code -------------------------------------------------------------------------------
