@@ -271,7 +271,7 @@ def test_leaving_out_function_annotations_keeps_defaults_lines_and_variable_anno
     exec(compile(compact, "annotated", "exec"), namespace)
     assert namespace["f"](1) == [1, {"k": 1}, 1] and namespace["f"].__annotations__ == {}
     assert namespace["Row"]().name == "x"
-    assert stage._tree_lines(compact, False) == stage._tree_lines(ANNOTATED, False)
+    assert strip_columns(without_docstrings(compact)) == strip_columns(without_docstrings(ANNOTATED))
 
 
 def test_nothing_shipped_reads_a_functions_annotations(staged):
@@ -538,3 +538,65 @@ def test_the_ipk_data_is_the_same_staging_as_the_apks(apk, tmp_path):
     assert apk_files - ipk_files == {f"lib/apk/packages/qlshadow.{r}"
                                      for r in ("list", "conffiles", "conffiles_static")}
     assert ipk_files - apk_files == set()
+
+
+
+# --- shell comments --------------------------------------------------------------------------
+
+SHELL_SAMPLE = """\
+#!/bin/sh
+# a comment
+set -eu
+    # an indented one
+cat <<END
+# a here-document line: data
+END
+code='
+# inside a quoted string: data
+'
+case ${1-} in
+	# a comment inside case
+	a) echo "$# ${1#x}" ;;  # a trailing comment stays
+esac
+printf '%s\\n' x \\
+	# after a continued line: a comment
+echo "$code"
+"""
+
+
+def test_only_the_comment_lines_of_a_shell_script_are_emptied(tmp_path):
+    script, original = tmp_path / "s.sh", tmp_path / "original.sh"
+    script.write_text(SHELL_SAMPLE)
+    original.write_text(SHELL_SAMPLE)
+
+    assert stage.shell_comment_lines(SHELL_SAMPLE) == [2, 4, 12, 16]
+    stage.strip_shell_comments(str(script))
+
+    stripped = script.read_text().split("\n")
+    assert len(stripped) == len(SHELL_SAMPLE.split("\n"))
+    assert [n for n, line in enumerate(stripped, 1) if line.lstrip().startswith("#")] == [1, 6, 9]
+    for shell in (["sh"], ["bash", "--posix"]):
+        ran = [subprocess.run([*shell, str(path), "a"], capture_output=True, text=True).stdout
+               for path in (script, original)]
+        assert ran[0] == ran[1] == \
+            "# a here-document line: data\n1 a\nx\n\n# inside a quoted string: data\n\n", shell
+
+
+def test_the_staged_shell_scripts_keep_their_lines_and_only_data_starts_with_a_hash(staged):
+    scripts = stage.shell_scripts(staged.tree, staged.conffiles)
+    sources = {e.target: e.source for e in stage.read_manifest()}
+    assert staged.tree + "/etc/init.d/qlshadow" in scripts
+    assert staged.tree + "/usr/lib/qlshadow/shell/common.sh" in scripts
+    assert not [s for s in scripts if s[len(staged.tree):] in staged.conffiles]
+    for script in scripts:
+        with open(script, encoding="utf-8") as fh:
+            text = fh.read()
+        assert stage.shell_comment_lines(text) == [], script
+        device = script[len(staged.tree):]
+        source = sources.get(device) or os.path.join("shell", os.path.basename(device))
+        with open(os.path.join(ROOT, source), encoding="utf-8") as fh:
+            original = fh.read()
+        comments = stage.shell_comment_lines(original)
+        assert text.count("\n") == original.count("\n"), script
+        assert [line for line in text.split("\n") if line] == \
+            [line for n, line in enumerate(original.split("\n"), 1) if n not in comments and line]

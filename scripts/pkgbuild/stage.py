@@ -339,12 +339,12 @@ def _space_between(before, after) -> bool:
     return False
 
 
-def _significant(source: bytes) -> list:
-    """What compact_layout() must keep of a module's tokens: each one's type, text (but an
-    indent's) and line."""
+def _significant(tokens, dropped: frozenset = frozenset()) -> list:
+    """What compact_layout() must keep of a module's tokens (but the indexes dropped): each
+    one's type, text (but an indent's) and line."""
     kept = []
-    for token in tokenize.tokenize(io.BytesIO(source).readline):
-        if token.type in (tokenize.COMMENT, tokenize.NL, tokenize.ENCODING):
+    for index, token in enumerate(tokens):
+        if token.type in (tokenize.COMMENT, tokenize.NL, tokenize.ENCODING) or index in dropped:
             continue
         text = "" if token.type == tokenize.INDENT else token.string
         # A dedent or the end of the file is on the line of what follows, trailing blank
@@ -360,8 +360,8 @@ def compact_layout(source: bytes, annotations: bool = True) -> bytes:
     coding line; every token stays on its line (the same code at the same line numbers).
     Strings, f-strings included, are kept as written. Without annotations, the annotations
     of function parameters and returns are left out too (variables' stay: dataclasses and
-    named tuples are made from them). Raises BuildError if the result's tokens (or, without
-    annotations, its syntax tree) are not the source's."""
+    named tuples are made from them). Raises BuildError if the result's tokens are not the
+    source's, less the annotations (which the module's syntax tree locates)."""
     lines = source.splitlines(keepends=True)
     tokens = list(tokenize.tokenize(io.BytesIO(source).readline))
     dropped = set() if annotations else _annotation_tokens(source, lines, tokens)
@@ -427,25 +427,10 @@ def compact_layout(source: bytes, annotations: bool = True) -> bytes:
             brackets += token.string in "([{"
             brackets -= token.string in ")]}"
     text = ("".join(out) + "\n").encode("utf-8")
-    if annotations and _significant(text) != _significant(source):
+    if _significant(tokenize.tokenize(io.BytesIO(text).readline)) != \
+            _significant(tokens, frozenset(dropped)):
         raise BuildError("compacting a module changed its tokens")
-    if not annotations and _tree_lines(text, False) != _tree_lines(source, False):
-        raise BuildError("leaving out a module's annotations changed more than them")
     return text
-
-
-def _tree_lines(source: bytes, annotations: bool = True) -> str:
-    """A module's syntax tree with each node's lines (not columns), optionally without the
-    annotations of function parameters and returns."""
-    tree = ast.parse(source)
-    if not annotations:
-        for node in ast.walk(tree):
-            if isinstance(node, ast.arg):
-                node.annotation = None
-                node.end_lineno = node.lineno  # a parameter's node ends with its annotation
-            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                node.returns = None
-    return re.sub(r"(end_)?col_offset=\d+", "", ast.dump(tree, include_attributes=True))
 
 
 def _annotation_tokens(source: bytes, lines: list, tokens: list) -> set:
@@ -502,6 +487,62 @@ def blank_tree(lib_dir: str) -> None:
                     source = fh.read()
                 with open(path, "wb") as fh:
                     fh.write(compact_layout(blank_docs(source), annotations=False))
+
+
+# --- shell comments ---------------------------------------------------------------------------
+
+def shell_comment_lines(text: str, shell: str = "sh") -> list:
+    """The numbers of a shell script's lines that are comments alone (the #! line aside).
+
+    A line whose first word starts with # is a comment unless a quoted string or a here-
+    document holds it. The shell itself tells them apart: with the line replaced by a lone
+    ")", `sh -n` fails where the line is code and passes where it is data. A comment leaves
+    the shell reading code, so the lines right after one that start with # are comments too."""
+    lines = text.split("\n")
+    found = []
+    for number, line in enumerate(lines, 1):
+        if not line.lstrip().startswith("#") or (number == 1 and line.startswith("#!")):
+            continue
+        if found and found[-1] == number - 1:
+            found.append(number)
+            continue
+        probe = "\n".join(lines[:number - 1] + [")"] + lines[number:])
+        parsed = subprocess.run([shell, "-n"], input=probe, capture_output=True, text=True)
+        if parsed.returncode != 0:
+            found.append(number)
+    return found
+
+
+def strip_shell_comments(path: str, shell: str = "sh") -> None:
+    """Empty a shell script's comment lines in place, every line kept where it was; refuses a
+    script that does not parse before or after."""
+    with open(path, encoding="utf-8") as fh:
+        text = fh.read()
+    if subprocess.run([shell, "-n"], input=text, capture_output=True, text=True).returncode:
+        raise BuildError(f"{path}: not a script {shell} -n reads")
+    lines = text.split("\n")
+    for number in shell_comment_lines(text, shell):
+        lines[number - 1] = ""
+    stripped = "\n".join(lines)
+    if subprocess.run([shell, "-n"], input=stripped, capture_output=True, text=True).returncode:
+        raise BuildError(f"{path}: leaving out its comments broke it")
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write(stripped)
+
+
+def shell_scripts(tree: str, conffiles: list) -> list:
+    """The staged shell scripts (a #!/bin/sh line or a .sh name) that are not conffiles."""
+    found = []
+    for folder, _dirs, names in os.walk(tree):
+        for name in sorted(names):
+            path = os.path.join(folder, name)
+            if path[len(tree):] in conffiles or name.endswith(".py"):
+                continue
+            with open(path, "rb") as fh:
+                head = fh.read(64)
+            if name.endswith(".sh") or head.startswith((b"#!/bin/sh", b"#! /bin/sh")):
+                found.append(path)
+    return sorted(found)
 
 
 # --- byte code -------------------------------------------------------------------------------
@@ -596,6 +637,9 @@ def stage(tree: str | os.PathLike, release: str, *, manifest: str = MANIFEST, bu
     os.chmod(os.path.join(vendor, "VERSIONS"), 0o644)
     if blank and code != "bytecode":
         blank_tree(tree + LIB)
+    if blank:
+        for script in shell_scripts(tree, conffiles):
+            strip_shell_comments(script)
     if code != "sources":
         compile_tree(tree + LIB, python, keep_sources=code == "sources+bytecode",
                      strip=blank and code == "bytecode")
