@@ -600,3 +600,16 @@ def test_the_staged_shell_scripts_keep_their_lines_and_only_data_starts_with_a_h
         assert text.count("\n") == original.count("\n"), script
         assert [line for line in text.split("\n") if line] == \
             [line for n, line in enumerate(original.split("\n"), 1) if n not in comments and line]
+
+
+def test_the_staged_catalogs_load_without_the_po_compiler_which_is_left_out(staged):
+    lib = staged.tree + stage.LIB
+    langs = os.listdir(os.path.join(ROOT, "app", "locale"))
+    code = ("import sys; sys.path[:0] = sys.argv[1:3]; from qlshadow import i18n; "
+            "print([i18n.translate(lang, 'Crons') != 'Crons' for lang in sys.argv[3:]], "
+            "'qlshadow.msgfmt' in sys.modules)")
+    ran = subprocess.run([sys.executable, "-I", "-c", code, lib, lib + "/vendor", *langs],
+                         capture_output=True, text=True)
+
+    assert not os.path.exists(os.path.join(lib, "qlshadow", "msgfmt.py"))
+    assert langs == ["zh_CN"] and ran.stdout == "[True] False\n", ran.stderr

@@ -184,7 +184,8 @@ def _stage_entry(entry: Entry, tree: str) -> list[str]:
 
 
 def compile_catalogs(lib_dir: str) -> None:
-    """Replace each staged translation source (.po) by the .mo that gettext reads."""
+    """Replace each staged translation source (.po) by the .mo that gettext reads, and leave
+    out qlshadow.msgfmt, which qlshadow.i18n imports only to compile a .po with no .mo."""
     import importlib.util
     spec = importlib.util.spec_from_file_location("qlshadow_stage_msgfmt",
                                                   os.path.join(ROOT, "app", "msgfmt.py"))
@@ -194,6 +195,7 @@ def compile_catalogs(lib_dir: str) -> None:
         msgfmt.compile_file(po, po[:-3] + ".mo")
         os.chmod(po[:-3] + ".mo", os.stat(po).st_mode & 0o7777)
         os.remove(po)
+    os.remove(os.path.join(lib_dir, "qlshadow", "msgfmt.py"))
 
 
 def _set_data_dir(path: str) -> None:
