@@ -195,7 +195,9 @@ def compile_catalogs(lib_dir: str) -> None:
         msgfmt.compile_file(po, po[:-3] + ".mo")
         os.chmod(po[:-3] + ".mo", os.stat(po).st_mode & 0o7777)
         os.remove(po)
-    os.remove(os.path.join(lib_dir, "qlshadow", "msgfmt.py"))
+    compiler = os.path.join(lib_dir, "qlshadow", "msgfmt.py")
+    if os.path.exists(compiler):  # a manifest without app/ has none
+        os.remove(compiler)
 
 
 def _set_data_dir(path: str) -> None:
