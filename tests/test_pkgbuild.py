@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import configparser
+import glob
 import hashlib
 import io
 import os
@@ -133,11 +134,18 @@ def test_the_byte_code_variant_is_sourceless_and_for_the_releases_python(tmp_pat
 
 
 def without_docstrings(source: bytes) -> str:
-    """The module's AST, docstrings removed, with every node's line numbers."""
+    """The module's AST, docstrings and function annotations removed, with every node's
+    line numbers."""
     tree = ast.parse(source)
     for doc in stage.docstrings(tree):
         doc.value.value = ""
         doc.value.col_offset = doc.value.end_col_offset = doc.col_offset = doc.end_col_offset = 0
+    for node in ast.walk(tree):
+        if isinstance(node, ast.arg):
+            node.annotation = None
+            node.end_lineno = node.lineno
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            node.returns = None
     return ast.dump(tree, include_attributes=True)
 
 
@@ -193,6 +201,142 @@ def test_blanking_the_shipped_sources_changes_no_code_and_no_line_number(staged)
                     strip_columns(without_docstrings(original)), file
                 checked += 1
     assert checked > 100
+
+
+COMPACT_SAMPLE = b'''\
+# -*- coding: utf-8 -*-
+import os, \\
+    sys
+
+
+@staticmethod
+def f(a, *args, b: int = -1, **kw) -> "dict[str, int]":
+    if a ** -b and a[1:-1] != 1 .real and 0x1f if a else b:
+        return {"x": [a, (b,
+                          c)],   # inside brackets
+                **kw}
+    s = "" "x" 'y'
+    t = f"{a!r:>{b}} {{literal}} {'q'}"
+    u = """\\
+kept   as   written"""
+    return s if a in"ab" else lambda x, y=2: x@y
+    x = a is not b; y = not-a
+'''
+
+
+def test_compacting_keeps_every_token_on_its_line():
+    compact = stage.compact_layout(COMPACT_SAMPLE)
+
+    assert len(compact) < len(COMPACT_SAMPLE) * 0.8
+    assert compact.count(b"\n") == COMPACT_SAMPLE.count(b"\n")
+    assert compact.startswith(b"# -*- coding: utf-8 -*-\n")
+    assert b'\ndef f(a,*args,b:int=-1,**kw)->"dict[str, int]":\n' in compact
+    assert b"\n if a**-b and a[1:-1]!=1 .real and 0x1f if a else b:\n" in compact
+    assert b"\n  return{" in compact and b"\n**kw}\n" in compact
+    assert b'"" "x" \'y\'' in compact and b"kept   as   written" in compact
+    assert b"inside brackets" not in compact and b"import os,\\\nsys\n" in compact
+    assert strip_columns(ast.dump(ast.parse(compact), include_attributes=True)) == \
+        strip_columns(ast.dump(ast.parse(COMPACT_SAMPLE), include_attributes=True))
+
+
+ANNOTATED = b'''\
+from dataclasses import dataclass
+
+
+@dataclass
+class Row:
+    name: str = "x"    # a field: kept
+
+
+def f(a: int, b: "dict[str,  int]" = {"k": 1}, *rest: (str), c=lambda x: x,
+      **kw: dict[
+          str, int]) -> (
+        list[int]):
+    total: int = a
+    return [total, b, c(1)]
+
+
+async def g(x, /, y: int | None = None) -> None: pass
+'''
+
+
+def test_leaving_out_function_annotations_keeps_defaults_lines_and_variable_annotations():
+    compact = stage.compact_layout(ANNOTATED, annotations=False)
+
+    assert b"name:str=\"x\"" in compact and b"total:int=a" in compact
+    # The return annotation's brackets held a line break: a backslash holds it now.
+    assert b"\ndef f(a,b={\"k\":1},*rest,c=lambda x:x,\n**kw\n)\\\n:\n" in compact
+    assert b"\nasync def g(x,/,y=None):pass\n" in compact
+    namespace: dict = {}
+    exec(compile(compact, "annotated", "exec"), namespace)
+    assert namespace["f"](1) == [1, {"k": 1}, 1] and namespace["f"].__annotations__ == {}
+    assert namespace["Row"]().name == "x"
+    assert strip_columns(without_docstrings(compact)) == strip_columns(without_docstrings(ANNOTATED))
+
+
+def test_nothing_shipped_reads_a_functions_annotations(staged):
+    # What would: __annotations__, typing.get_type_hints, inspect.get_annotations and
+    # Signature's annotations, functools.singledispatch's register by annotation.
+    readers = {"__annotations__", "get_type_hints", "get_annotations", "annotation",
+               "return_annotation", "singledispatch", "singledispatchmethod"}
+    found = []
+    for folder, _dirs, names in os.walk(staged.tree + stage.LIB):
+        for name in names:
+            if name.endswith(".py"):
+                with open(os.path.join(folder, name), "rb") as fh:
+                    words = set(tokenize_names(fh.read()))
+                found += [f"{name}: {w}" for w in sorted(words & readers)]
+    assert found == []
+
+
+def tokenize_names(source: bytes) -> list:
+    import tokenize
+    return [t.string for t in tokenize.tokenize(io.BytesIO(source).readline)
+            if t.type == tokenize.NAME or (t.type == tokenize.STRING and t.string.isidentifier())]
+
+
+def code_shape(code) -> list:
+    """What Python compiled, columns aside: byte code, names, constants, line table."""
+    shape = [code.co_code, code.co_names, code.co_varnames, list(code.co_lines())]
+    for const in code.co_consts:
+        if isinstance(const, frozenset):  # its order is the set's, not the source's
+            const = sorted(const, key=repr)
+        shape.append(code_shape(const) if hasattr(const, "co_code") else repr(const))
+    return shape
+
+
+def test_the_shipped_sources_compile_to_the_originals_code_docstrings_aside(staged):
+    # The shipped module against the original, both with docstrings emptied and without
+    # function annotations: the same byte code at the same line numbers (only columns, which
+    # tracebacks' carets use, move).
+    originals = {os.path.join(stage.LIB, "qlshadow", os.path.relpath(p, os.path.join(ROOT, "app"))): p
+                 for p in glob.glob(os.path.join(ROOT, "app", "**", "*.py"), recursive=True)}
+    for bundle in stage.read_bundled():
+        dist = metadata.distribution(bundle.name)
+        for file in dist.files or ():
+            originals[os.path.join(stage.LIB, "vendor", str(file))] = str(dist.locate_file(file))
+    checked = 0
+    for folder, _dirs, names in os.walk(staged.tree + stage.LIB):
+        for name in names:
+            if not name.endswith(".py"):
+                continue
+            shipped_path = os.path.join(folder, name)
+            device_path = shipped_path[len(staged.tree):]
+            if device_path not in originals:
+                continue
+            with open(shipped_path, "rb") as fh, open(originals[device_path], "rb") as orig:
+                shipped, original = fh.read(), orig.read()
+            assert stage.compact_layout(shipped) == shipped, device_path  # nothing left to do
+            tree = ast.parse(stage.blank_docs(original))
+            for node in ast.walk(tree):
+                if isinstance(node, ast.arg):
+                    node.annotation = None
+                elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    node.returns = None
+            assert code_shape(compile(shipped, device_path, "exec", dont_inherit=True)) == \
+                code_shape(compile(tree, device_path, "exec", dont_inherit=True)), device_path
+            checked += 1
+    assert checked > 190
 
 
 def strip_columns(dump: str) -> str:
@@ -394,3 +538,78 @@ def test_the_ipk_data_is_the_same_staging_as_the_apks(apk, tmp_path):
     assert apk_files - ipk_files == {f"lib/apk/packages/qlshadow.{r}"
                                      for r in ("list", "conffiles", "conffiles_static")}
     assert ipk_files - apk_files == set()
+
+
+
+# --- shell comments --------------------------------------------------------------------------
+
+SHELL_SAMPLE = """\
+#!/bin/sh
+# a comment
+set -eu
+    # an indented one
+cat <<END
+# a here-document line: data
+END
+code='
+# inside a quoted string: data
+'
+case ${1-} in
+	# a comment inside case
+	a) echo "$# ${1#x}" ;;  # a trailing comment stays
+esac
+printf '%s\\n' x \\
+	# after a continued line: a comment
+echo "$code"
+"""
+
+
+def test_only_the_comment_lines_of_a_shell_script_are_emptied(tmp_path):
+    script, original = tmp_path / "s.sh", tmp_path / "original.sh"
+    script.write_text(SHELL_SAMPLE)
+    original.write_text(SHELL_SAMPLE)
+
+    assert stage.shell_comment_lines(SHELL_SAMPLE) == [2, 4, 12, 16]
+    stage.strip_shell_comments(str(script))
+
+    stripped = script.read_text().split("\n")
+    assert len(stripped) == len(SHELL_SAMPLE.split("\n"))
+    assert [n for n, line in enumerate(stripped, 1) if line.lstrip().startswith("#")] == [1, 6, 9]
+    for shell in (["sh"], ["bash", "--posix"]):
+        ran = [subprocess.run([*shell, str(path), "a"], capture_output=True, text=True).stdout
+               for path in (script, original)]
+        assert ran[0] == ran[1] == \
+            "# a here-document line: data\n1 a\nx\n\n# inside a quoted string: data\n\n", shell
+
+
+def test_the_staged_shell_scripts_keep_their_lines_and_only_data_starts_with_a_hash(staged):
+    scripts = stage.shell_scripts(staged.tree, staged.conffiles)
+    sources = {e.target: e.source for e in stage.read_manifest()}
+    assert staged.tree + "/etc/init.d/qlshadow" in scripts
+    assert staged.tree + "/usr/lib/qlshadow/shell/common.sh" in scripts
+    assert not [s for s in scripts if s[len(staged.tree):] in staged.conffiles]
+    for script in scripts:
+        with open(script, encoding="utf-8") as fh:
+            text = fh.read()
+        assert stage.shell_comment_lines(text) == [], script
+        device = script[len(staged.tree):]
+        source = sources.get(device) or os.path.join("shell", os.path.basename(device))
+        with open(os.path.join(ROOT, source), encoding="utf-8") as fh:
+            original = fh.read()
+        comments = stage.shell_comment_lines(original)
+        assert text.count("\n") == original.count("\n"), script
+        assert [line for line in text.split("\n") if line] == \
+            [line for n, line in enumerate(original.split("\n"), 1) if n not in comments and line]
+
+
+def test_the_staged_catalogs_load_without_the_po_compiler_which_is_left_out(staged):
+    lib = staged.tree + stage.LIB
+    langs = os.listdir(os.path.join(ROOT, "app", "locale"))
+    code = ("import sys; sys.path[:0] = sys.argv[1:3]; from qlshadow import i18n; "
+            "print([i18n.translate(lang, 'Crons') != 'Crons' for lang in sys.argv[3:]], "
+            "'qlshadow.msgfmt' in sys.modules)")
+    ran = subprocess.run([sys.executable, "-I", "-c", code, lib, lib + "/vendor", *langs],
+                         capture_output=True, text=True)
+
+    assert not os.path.exists(os.path.join(lib, "qlshadow", "msgfmt.py"))
+    assert langs == ["zh_CN"] and ran.stdout == "[True] False\n", ran.stderr

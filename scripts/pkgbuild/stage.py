@@ -4,10 +4,11 @@ The tree is conf/openwrt/files.txt's files plus the libraries pinned in
 conf/openwrt/bundled.txt, copied from the building Python's install, which must hold exactly
 those versions, less the modules nothing of ours imports (bundled.txt's ~PATH).
 
-Python modules ship as sources with their docstrings and comments blanked, every line kept
-where it was (tracebacks still point at the right line): the smallest package
-(docs/PERFORMANCE.md, "OpenWrt packages"). /usr/bin/qlshadow keeps the byte code Python
-compiles from them in RAM (/tmp), never beside them. The other forms (`code=`, `blank=`,
+Python modules ship as sources with their docstrings and comments blanked, their white
+space and function annotations left out, every token kept on its line (tracebacks still
+point at the right line): the smallest package (docs/PERFORMANCE.md, "OpenWrt packages").
+/usr/bin/qlshadow keeps the byte code Python compiles from them in RAM (/tmp), never beside
+them. The other forms (`code=`, `blank=`,
 `trim=`) are what scripts/bench_package_start.py compares.
 """
 from __future__ import annotations
@@ -183,7 +184,8 @@ def _stage_entry(entry: Entry, tree: str) -> list[str]:
 
 
 def compile_catalogs(lib_dir: str) -> None:
-    """Replace each staged translation source (.po) by the .mo that gettext reads."""
+    """Replace each staged translation source (.po) by the .mo that gettext reads, and leave
+    out qlshadow.msgfmt, which qlshadow.i18n imports only to compile a .po with no .mo."""
     import importlib.util
     spec = importlib.util.spec_from_file_location("qlshadow_stage_msgfmt",
                                                   os.path.join(ROOT, "app", "msgfmt.py"))
@@ -193,6 +195,9 @@ def compile_catalogs(lib_dir: str) -> None:
         msgfmt.compile_file(po, po[:-3] + ".mo")
         os.chmod(po[:-3] + ".mo", os.stat(po).st_mode & 0o7777)
         os.remove(po)
+    compiler = os.path.join(lib_dir, "qlshadow", "msgfmt.py")
+    if os.path.exists(compiler):  # a manifest without app/ has none
+        os.remove(compiler)
 
 
 def _set_data_dir(path: str) -> None:
@@ -312,8 +317,172 @@ def blank_docs(source: bytes) -> bytes:
     return b"".join(lines)
 
 
+# Operators tokenize knows; two operators written together need a space when the first
+# and the start of the second begin a longer one ("*" "*", "=" "=", "." "..").
+_OPERATORS = tuple(tokenize.EXACT_TOKEN_TYPES)
+_FSTRING_START = getattr(tokenize, "FSTRING_START", None)
+_FSTRING_END = getattr(tokenize, "FSTRING_END", None)
+
+
+def _word(char: str) -> bool:
+    return char.isalnum() or char == "_" or not char.isascii()
+
+
+def _space_between(before, after) -> bool:
+    """Whether two tokens of one line need a space between them to stay two tokens."""
+    last, first = before.string[-1], after.string[0]
+    if before.type == tokenize.NUMBER and (_word(first) or first == "."):
+        return True  # 1 .real, 0x1 if
+    if _word(last) and (_word(first) or after.type == tokenize.STRING or first in "'\""):
+        return True  # names, keywords, numbers; a name before a string is never its prefix
+    if before.type == tokenize.STRING and after.type == tokenize.STRING:
+        return True  # "" "x" would open a triple-quoted string
+    if before.type == tokenize.OP and after.type == tokenize.OP:
+        joined = before.string + after.string[0]
+        return any(op.startswith(joined) for op in _OPERATORS)
+    return False
+
+
+def _significant(tokens, dropped: frozenset = frozenset()) -> list:
+    """What compact_layout() must keep of a module's tokens (but the indexes dropped): each
+    one's type, text (but an indent's) and line."""
+    kept = []
+    for index, token in enumerate(tokens):
+        if token.type in (tokenize.COMMENT, tokenize.NL, tokenize.ENCODING) or index in dropped:
+            continue
+        text = "" if token.type == tokenize.INDENT else token.string
+        # A dedent or the end of the file is on the line of what follows, trailing blank
+        # lines included; the tokens that follow keep their own lines.
+        row = 0 if token.type in (tokenize.DEDENT, tokenize.ENDMARKER) else token.start[0]
+        kept.append((token.type, text, row))
+    return kept
+
+
+def compact_layout(source: bytes, annotations: bool = True) -> bytes:
+    """A module's source rewritten with the least white space that keeps its tokens: one
+    space per indentation level, no space between tokens that need none, no comment but a
+    coding line; every token stays on its line (the same code at the same line numbers).
+    Strings, f-strings included, are kept as written. Without annotations, the annotations
+    of function parameters and returns are left out too (variables' stay: dataclasses and
+    named tuples are made from them). Raises BuildError if the result's tokens are not the
+    source's, less the annotations (which the module's syntax tree locates)."""
+    lines = source.splitlines(keepends=True)
+    tokens = list(tokenize.tokenize(io.BytesIO(source).readline))
+    dropped = set() if annotations else _annotation_tokens(source, lines, tokens)
+    out: list = []
+    row = 1           # the line out's end is on
+    depth = 0         # indentation level
+    brackets = 0      # open ( [ {
+    line_start = True
+    prev = None
+    fstrings = 0      # open f-strings (Python 3.12+ tokenizes their parts)
+    fstring_from = None
+    for index, token in enumerate(tokens):
+        if index in dropped:
+            continue
+        kind = token.type
+        if kind == tokenize.ENCODING:
+            if token.string != "utf-8":
+                raise BuildError(f"only UTF-8 sources are compacted, not {token.string}")
+            continue
+        if kind == tokenize.ENDMARKER:
+            continue
+        if kind == tokenize.COMMENT:
+            if token.start[0] <= 2 and _CODING.match(lines[token.start[0] - 1]):
+                out.append("\n" * (token.start[0] - row) + " " * (not line_start) + token.string)
+                row = token.start[0]
+            continue
+        if fstrings:
+            if kind == _FSTRING_START:
+                fstrings += 1
+            elif kind == _FSTRING_END:
+                fstrings -= 1
+            if fstrings:
+                continue
+            token = tokenize.TokenInfo(tokenize.STRING, _text(lines, fstring_from, token.end),
+                                       fstring_from, token.end, token.line)
+            kind = tokenize.STRING
+        elif kind == _FSTRING_START:
+            fstrings, fstring_from = 1, token.start
+            continue
+        if kind == tokenize.INDENT:
+            depth += 1
+            continue
+        if kind == tokenize.DEDENT:
+            depth -= 1
+            continue
+        if kind == tokenize.NL:
+            continue
+        if kind == tokenize.NEWLINE:
+            line_start, prev = True, None
+            continue
+        start_row = token.start[0]
+        if line_start:
+            out.append("\n" * (start_row - row) + " " * depth)
+            line_start = False
+        elif start_row > row:
+            out.append(("\n" if brackets else "\\\n") * (start_row - row))
+        elif prev is not None and _space_between(prev, token):
+            out.append(" ")
+        out.append(token.string)
+        row = token.end[0]
+        prev = token
+        if kind == tokenize.OP:
+            brackets += token.string in "([{"
+            brackets -= token.string in ")]}"
+    text = ("".join(out) + "\n").encode("utf-8")
+    if _significant(tokenize.tokenize(io.BytesIO(text).readline)) != \
+            _significant(tokens, frozenset(dropped)):
+        raise BuildError("compacting a module changed its tokens")
+    return text
+
+
+def _annotation_tokens(source: bytes, lines: list, tokens: list) -> set:
+    """The indexes in tokens of the function annotations and the ":" or "->" before each."""
+    def char_position(row: int, byte_col: int) -> tuple:
+        return row, len(lines[row - 1][:byte_col].decode("utf-8"))
+
+    spans = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.arg) and node.annotation is not None:
+            found = node.annotation
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.returns:
+            found = node.returns
+        else:
+            continue
+        spans.append((char_position(found.lineno, found.col_offset),
+                      char_position(found.end_lineno, found.end_col_offset)))
+    dropped = set()
+    starts = {token.start: index for index, token in enumerate(tokens)}
+    for start, end in spans:
+        index = starts[start]
+        before, parens = index - 1, 0
+        while tokens[before].type in (tokenize.NL, tokenize.COMMENT) or tokens[before].string == "(":
+            dropped.add(before)
+            parens += tokens[before].string == "("
+            before -= 1
+        if tokens[before].string not in (":", "->"):
+            raise BuildError(f"an annotation at line {start[0]} follows {tokens[before].string!r}")
+        dropped.add(before)
+        while index < len(tokens) and (tokens[index].start < end or parens):
+            if tokens[index].start >= end and tokens[index].string == ")":
+                parens -= 1
+            dropped.add(index)
+            index += 1
+    return dropped
+
+
+def _text(lines: list, start: tuple, end: tuple) -> str:
+    """The source text from one (row, column) to another, columns counted in characters."""
+    rows = [line.decode("utf-8") for line in lines[start[0] - 1:end[0]]]
+    if len(rows) == 1:
+        return rows[0][start[1]:end[1]]
+    return rows[0][start[1]:] + "".join(rows[1:-1]) + rows[-1][:end[1]]
+
+
 def blank_tree(lib_dir: str) -> None:
-    """blank_docs() every .py under lib_dir, in place."""
+    """blank_docs() then compact_layout() without function annotations, every .py under
+    lib_dir, in place (nothing shipped reads a function's annotations: tests/test_pkgbuild.py)."""
     for folder, _dirs, names in os.walk(lib_dir):
         for name in names:
             if name.endswith(".py"):
@@ -321,7 +490,63 @@ def blank_tree(lib_dir: str) -> None:
                 with open(path, "rb") as fh:
                     source = fh.read()
                 with open(path, "wb") as fh:
-                    fh.write(blank_docs(source))
+                    fh.write(compact_layout(blank_docs(source), annotations=False))
+
+
+# --- shell comments ---------------------------------------------------------------------------
+
+def shell_comment_lines(text: str, shell: str = "sh") -> list:
+    """The numbers of a shell script's lines that are comments alone (the #! line aside).
+
+    A line whose first word starts with # is a comment unless a quoted string or a here-
+    document holds it. The shell itself tells them apart: with the line replaced by a lone
+    ")", `sh -n` fails where the line is code and passes where it is data. A comment leaves
+    the shell reading code, so the lines right after one that start with # are comments too."""
+    lines = text.split("\n")
+    found = []
+    for number, line in enumerate(lines, 1):
+        if not line.lstrip().startswith("#") or (number == 1 and line.startswith("#!")):
+            continue
+        if found and found[-1] == number - 1:
+            found.append(number)
+            continue
+        probe = "\n".join(lines[:number - 1] + [")"] + lines[number:])
+        parsed = subprocess.run([shell, "-n"], input=probe, capture_output=True, text=True)
+        if parsed.returncode != 0:
+            found.append(number)
+    return found
+
+
+def strip_shell_comments(path: str, shell: str = "sh") -> None:
+    """Empty a shell script's comment lines in place, every line kept where it was; refuses a
+    script that does not parse before or after."""
+    with open(path, encoding="utf-8") as fh:
+        text = fh.read()
+    if subprocess.run([shell, "-n"], input=text, capture_output=True, text=True).returncode:
+        raise BuildError(f"{path}: not a script {shell} -n reads")
+    lines = text.split("\n")
+    for number in shell_comment_lines(text, shell):
+        lines[number - 1] = ""
+    stripped = "\n".join(lines)
+    if subprocess.run([shell, "-n"], input=stripped, capture_output=True, text=True).returncode:
+        raise BuildError(f"{path}: leaving out its comments broke it")
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write(stripped)
+
+
+def shell_scripts(tree: str, conffiles: list) -> list:
+    """The staged shell scripts (a #!/bin/sh line or a .sh name) that are not conffiles."""
+    found = []
+    for folder, _dirs, names in os.walk(tree):
+        for name in sorted(names):
+            path = os.path.join(folder, name)
+            if path[len(tree):] in conffiles or name.endswith(".py"):
+                continue
+            with open(path, "rb") as fh:
+                head = fh.read(64)
+            if name.endswith(".sh") or head.startswith((b"#!/bin/sh", b"#! /bin/sh")):
+                found.append(path)
+    return sorted(found)
 
 
 # --- byte code -------------------------------------------------------------------------------
@@ -416,6 +641,9 @@ def stage(tree: str | os.PathLike, release: str, *, manifest: str = MANIFEST, bu
     os.chmod(os.path.join(vendor, "VERSIONS"), 0o644)
     if blank and code != "bytecode":
         blank_tree(tree + LIB)
+    if blank:
+        for script in shell_scripts(tree, conffiles):
+            strip_shell_comments(script)
     if code != "sources":
         compile_tree(tree + LIB, python, keep_sources=code == "sources+bytecode",
                      strip=blank and code == "bytecode")
