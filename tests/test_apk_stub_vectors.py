@@ -3,9 +3,7 @@
 only its info, installed-size 0), which is not the package of an empty tree: that one
 records the root directory.
 
-write_apk(out, None, info) is the writer's form of "no --files"; scripts/pkgbuild/apk.py does
-not take it yet, so the byte test is an expected failure until it does (strict: when it
-passes, the marker must go)."""
+write_apk(out, None, info) is the writer's form of "no --files"."""
 from __future__ import annotations
 
 import os
@@ -72,8 +70,6 @@ def test_an_empty_tree_is_not_a_package_without_files(stubs, tmp_path):
         assert (tmp_path / "out.apk").read_bytes() != f.read()
 
 
-@pytest.mark.xfail(strict=True, raises=(TypeError, ValueError, AssertionError),
-                   reason="scripts/pkgbuild/apk.py: write_apk does not take root=None (no --files)")
 def test_it_writes_the_bytes_mkpkg_wrote_for_the_stubs(stubs, tmp_path):
     for info, output in stub_builds(stubs):
         out = tmp_path / output

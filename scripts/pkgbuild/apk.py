@@ -265,9 +265,13 @@ def _block(kind: int, payload_size: int) -> bytes:
     return struct.pack("<I", kind << 30 | (4 + payload_size))
 
 
-def write_apk(out_path: str, root: str, info: dict, scripts: dict[str, bytes] | None = None,
-              *, epoch: int, compression: str = "deflate") -> None:
-    """Write the apk v3 package `apk mkpkg` makes from the staged tree root, info and scripts."""
+def write_apk(out_path: str, root: str | None, info: dict,
+              scripts: dict[str, bytes] | None = None, *, epoch: int,
+              compression: str = "deflate") -> None:
+    """Write the apk v3 package `apk mkpkg` makes from the staged tree root, info and scripts.
+
+    root None is mkpkg without --files: a package of info alone, with no paths at all (not
+    the package of an empty tree, which records its root directory)."""
     checked = _check_info(info)
     scripts = scripts or {}
     for key, value in scripts.items():
@@ -279,8 +283,8 @@ def write_apk(out_path: str, root: str, info: dict, scripts: dict[str, bytes] | 
         raise ValueError("epoch must be a SOURCE_DATE_EPOCH: an int >= 0")
     if compression not in ("deflate", "none"):
         raise ValueError("compression must be 'deflate' or 'none'")
-    root_b = os.fsencode(root)
-    if not os.path.isdir(root_b):
+    root_b = None if root is None else os.fsencode(root)
+    if root_b is not None and not os.path.isdir(root_b):
         raise ValueError(f"staged tree {root!r} is not a directory")
 
     p = _Payload()
@@ -295,11 +299,11 @@ def write_apk(out_path: str, root: str, info: dict, scripts: dict[str, bytes] | 
             info_slots[field - 1] = p.int(value)
         else:
             info_slots[field - 1] = _write_dependencies(p, value)
-    dirs, data, installed = _tree(p, root_b, epoch)
+    dirs, data, installed = _tree(p, root_b, epoch) if root_b is not None else ([], [], 0)
     info_slots[11] = p.int(installed)
     info_slots[2] = uid_tag = p.blob(bytes(20), dedup=False)  # the unique id, set below
     info_tag = p.obj(info_slots)
-    paths_tag = p.obj(dirs)
+    paths_tag = p.obj(dirs) if root_b is not None else _NULL
     scripts_tag = _NULL
     if scripts:
         scripts_tag = p.obj([_NULL] + [p.blob(scripts.get(key, b"")) for key in SCRIPTS])
