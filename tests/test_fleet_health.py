@@ -18,7 +18,8 @@ from qlshadow.storage.models import Cron, Host
 from qlshadow.watch import health
 from qlshadow.web.views import create_app
 from helpers import SHADOW_ON
-from reconcile_history import fire, new_cron
+from reconcile_history import fire, new_cron, report_of
+from qlshadow.cli.cmd_status import open_line
 
 BASE = 1764460800  # 2025-11-30 00:00 UTC: a firing of */10
 NOW = BASE + 120  # the firing at BASE is past its grace (60 s)
@@ -83,7 +84,7 @@ def test_both_hosts_ran_every_firing_is_ok(client, auth, settings, nas, mode):
     assert (h["state"], h["missed_recent"]) == ("ok", 0)
     with db.connected():
         per_host = health.judge_per_host(list(Cron.select().dicts()), NOW)
-        ids = {i: n for i, (n, _seen) in per_host.get(cron_id, {}).items()}
+        ids = {i: n for i, (n, _first, _last) in per_host.get(cron_id, {}).items()}
         recent = health.recent_executions([cron_id], True, {cron_id: 2} if ids else None)
     executions = recent[cron_id]
     assert len(executions) == 12  # six firings on two hosts, none merged across hosts
@@ -177,3 +178,154 @@ def test_on_sqlite_one_host_is_judged_as_before(client, auth, settings):
     assert "missed_hosts" not in h
     assert h["reason"].endswith("has no record 60 s after it: crond did not start it, or its "
                                 "callbacks were lost.")
+
+
+# --- an open Run's finish is lost only once its own host started the cron again -------------
+
+def open_run_words(client, auth, cron_id: int) -> dict:
+    """{host: condition} of the cron's open Runs as GET /open/runs words them."""
+    runs = client.get(f"/open/runs?cron_id={cron_id}&state=running",
+                      headers=auth).get_json()["data"]
+    return {r["host"]: r["condition"] for r in runs}
+
+
+def gate_open(cron_id: int) -> dict:
+    report = report_of(cron_id, BASE - 3600, BASE + 60, now=NOW)
+    return {k: report[k] for k in ("running", "stuck", "finish_lost")}
+
+
+@on_postgres
+@pytest.mark.parametrize("mode", ["each", "one"])
+def test_a_later_run_on_another_host_does_not_lose_an_open_runs_finish_on_any_surface(
+        client, auth, settings, nas, mode):
+    cron_id = fleet_cron(client, auth, [settings.host_name, "nas"], mode)
+    history(client, auth, cron_id, skip={BASE - 600, BASE})
+    fire(client, auth, cron_id, BASE - 600, finish=False)  # still running on the first host
+    history(nas, auth, cron_id, pid=7000, delay=2)
+    with db.connected(), db.write_transaction():
+        Cron.update(max_runtime=3600).where(Cron.id == cron_id).execute()
+    # /open/runs judges by the real clock: past its max_runtime, not a lost finish.
+    assert open_run_words(client, auth, cron_id) == {settings.host_name: "stuck"}
+    assert gate_open(cron_id) == {"running": 1, "stuck": 0, "finish_lost": 0}
+    rows = [health.public(h) for h in health_rows(NOW)]
+    assert open_line(rows) == "open executions: 1 running, 0 stuck, 0 finish lost"
+
+    fire(client, auth, cron_id, BASE)  # the first host starts it again: its finish was lost
+    assert open_run_words(client, auth, cron_id) == {settings.host_name: "finish_lost"}
+    assert gate_open(cron_id) == {"running": 0, "stuck": 0, "finish_lost": 1}
+    rows = [health.public(h) for h in health_rows(NOW)]
+    assert open_line(rows) == "open executions: 0 running, 0 stuck, 1 finish lost"
+
+
+@on_postgres
+def test_of_two_open_runs_on_one_host_the_older_is_lost_and_the_newer_runs(
+        client, auth, settings, nas):
+    cron_id = fleet_cron(client, auth, ["*"])
+    fire(client, auth, cron_id, BASE - 1200, finish=False)
+    fire(client, auth, cron_id, BASE - 600, finish=False)
+    fire(nas, auth, cron_id, BASE, pid=7000, delay=2, finish=False)
+    with db.connected(), db.write_transaction():
+        Cron.update(max_runtime=3600).where(Cron.id == cron_id).execute()
+    assert gate_open(cron_id) == {"running": 2, "stuck": 0, "finish_lost": 1}
+    words = client.get(f"/open/runs?cron_id={cron_id}", headers=auth).get_json()["data"]
+    assert sorted((r["host"], r["condition"]) for r in words) == [
+        ("nas", "stuck"), (settings.host_name, "finish_lost"), (settings.host_name, "stuck")]
+
+
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
+def test_on_sqlite_any_later_run_still_proves_a_lost_finish(client, auth, settings):
+    cron_id = fleet_cron(client, auth, ["*"])
+    fire(client, auth, cron_id, BASE - 600, finish=False)
+    with db.connected(), db.write_transaction():
+        Cron.update(max_runtime=3600).where(Cron.id == cron_id).execute()
+    assert gate_open(cron_id) == {"running": 1, "stuck": 0, "finish_lost": 0}
+    fire(client, auth, cron_id, BASE)
+    assert open_run_words(client, auth, cron_id) == {settings.host_name: "finish_lost"}
+    assert gate_open(cron_id) == {"running": 0, "stuck": 0, "finish_lost": 1}
+    rows = [health.public(h) for h in health_rows(NOW)]
+    assert open_line(rows) == "open executions: 0 running, 0 stuck, 1 finish lost"
+
+
+def health_rows(now: int) -> list:
+    with db.connected():
+        return health.read_all(now)
+
+
+# --- a host that stopped: its firings after its last tick are its silence ---------------------
+
+@pytest.fixture
+def clock(monkeypatch):
+    """Sets the clock GET /open/crons/health judges by."""
+    import types
+
+    from qlshadow.watch.health import crons
+
+    def at(now: int) -> None:
+        monkeypatch.setattr(crons, "time", types.SimpleNamespace(time=lambda: now))
+    return at
+
+
+def api_health(client, auth, cron_id: int) -> dict:
+    (found,) = [h for h in client.get("/open/crons/health", headers=auth).get_json()["data"]
+                if h["cron_id"] == cron_id]
+    return found
+
+
+@on_postgres
+def test_a_stopped_hosts_firings_after_its_last_tick_are_not_missed_and_it_goes_silent(
+        client, auth, settings, nas, clock, monkeypatch):
+    from test_alerts import PROXY_VARIABLES, channels_of, titles
+    from test_notify_channels import Receiver
+    from qlshadow.watch.alerts import tick
+    for name in PROXY_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    cron_id = fleet_cron(client, auth, [settings.host_name, "nas"])
+    history(client, auth, cron_id)
+    history(nas, auth, cron_id, skip={BASE}, pid=7000)
+    last_tick = BASE - 30  # nas stopped after this tick: the firing at BASE came after it
+    with db.connected(), db.write_transaction():
+        Host.update(last_seen=last_tick).where(Host.name == "nas").execute()
+    receiver = Receiver()
+    try:
+        channels = channels_of(receiver)
+        for now in (NOW, BASE + 150, last_tick + fleet.SILENT_AFTER):
+            with db.connected(), db.write_transaction():
+                fleet.record_host(settings.host_name, now=now)  # this host ticks on
+            assert state_of(cron_id, now, count_missed=True)["missed_recent"] == 0
+            clock(now)
+            assert api_health(client, auth, cron_id)["state"] == "ok", now
+            tick(settings, channels, now)
+            with db.connected():
+                hosts = {h["name"]: h["state"] for h in fleet.hosts_listing(now)}
+            assert hosts == {settings.host_name: "ok", "nas": "ok"}
+        silent = last_tick + fleet.SILENT_AFTER + 1  # at 180 s, as before
+        with db.connected(), db.write_transaction():
+            fleet.record_host(settings.host_name, now=silent)
+        tick(settings, channels, silent)
+        with db.connected():
+            assert {h["name"]: h["state"] for h in fleet.hosts_listing(silent)}["nas"] == "silent"
+        assert titles(receiver) == ["qlshadow: host nas is silent"]  # and no missed firing
+        # Seen again without having run it: the firing at BASE is its miss.
+        with db.connected(), db.write_transaction():
+            fleet.record_host("nas", now=silent + 60)
+        h = state_of(cron_id, silent + 60)
+        assert (h["state"], h["missed_hosts"], h["missed_firing"]) == ("missed", ["nas"], BASE)
+    finally:
+        receiver.close()
+
+
+@on_postgres
+def test_a_live_hosts_firing_without_a_run_is_still_missed(client, auth, settings, nas, clock):
+    cron_id = fleet_cron(client, auth, [settings.host_name, "nas"])
+    history(client, auth, cron_id)
+    history(nas, auth, cron_id, skip={BASE}, pid=7000)
+    with db.connected(), db.write_transaction():
+        Host.update(last_seen=BASE + 60).where(Host.name == "nas").execute()  # ticks on
+    clock(NOW)
+    h = api_health(client, auth, cron_id)
+    assert h["state"] == "missed" and "on host nas" in h["reason"]
+    assert state_of(cron_id, count_missed=True)["missed_recent"] == 1
+    # Seen in the firing's very second is seen at it: the firing counts.
+    with db.connected(), db.write_transaction():
+        Host.update(last_seen=BASE).where(Host.name == "nas").execute()
+    assert state_of(cron_id)["state"] == "missed"

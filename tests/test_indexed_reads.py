@@ -275,3 +275,26 @@ def test_the_status_pages_per_cron_listings_read_through_an_index(client, auth, 
              for sql, params in reads}
 
     assert {sql: bad for sql, bad in plans.items() if bad} == {}
+
+
+@pytest.mark.parametrize("backend", ["postgres"], indirect=True)
+def test_a_fleets_reads_of_an_open_runs_own_host_go_through_an_index(client, auth, gate_history,
+                                                                     recorded):
+    # With several hosts, whether a later Run of the same host started is read per open Run
+    # (GET /open/runs, the gate): a bounded walk of shadow_runs_cron, never the history.
+    from qlshadow.core import fleet
+    from qlshadow.watch import reconcile
+    a, _ = gate_history
+    with db.database.connection_context(), db.write_transaction():
+        fleet.record_host("nas", 1700000000)
+    plans = served_by_indexes(client, auth, recorded, f"/open/runs?cron_id={a}&state=running")
+    assert any('"host_id" = ' in sql for sql in plans)
+    assert {sql: bad for sql, bad in plans.items() if bad} == {}
+    del recorded[:]
+    with db.database.connection_context():
+        reconcile.reconcile(1700000000 - 86400, 1700000000 + 2 * 86400, cron_id=a,
+                            now=1700000000 + 2 * 86400)
+        plans = {sql: gate_reads_off_index(sql, params) for sql, params in recorded}
+    assert any('"accepted_at", "host_id" FROM "shadow_runs"' in sql for sql in plans)
+    assert any('"host_id" = ' in sql for sql in plans)
+    assert {sql: bad for sql, bad in plans.items() if bad} == {}

@@ -155,9 +155,9 @@ def hosts_listing(now: int | None = None, one_host: bool = False) -> list:
 
 
 def hosts_seen(now: int) -> dict:
-    """{host id: (name, first_seen, silent)} of every recorded host (health judges `each`
-    crons per host with it): one small read of the hosts table."""
-    return {i: (name, first, now - last > SILENT_AFTER) for i, name, first, last in
+    """{host id: (name, first_seen, last_seen, silent)} of every recorded host (health
+    judges `each` crons per host with it): one small read of the hosts table."""
+    return {i: (name, first, last, now - last > SILENT_AFTER) for i, name, first, last in
             Host.select(Host.id, Host.name, Host.first_seen, Host.last_seen).tuples()}
 
 

@@ -8,9 +8,10 @@ from qlshadow.i18n import _
 
 # What an open execution is (docs/CONTRACT.md §13.1), the one rule every surface shows
 # (status, runs, /open/runs, the page, the gate, /metrics): `running` within its cron's
-# stuck limit, `stuck` past it, `finish_lost` once a later execution crond started proves
-# it ended (crond starts a line only when its previous run ended; a daemon that starts
-# overlapping runs proves nothing so, and its open runs only become stuck).
+# stuck limit, `stuck` past it, `finish_lost` once a later execution crond started on the
+# same host proves it ended (crond starts a line only when its previous run there ended;
+# another host's crond proves nothing of it; a daemon that starts overlapping runs proves
+# nothing so, and its open runs only become stuck).
 CONDITIONS = ("running", "stuck", "finish_lost")
 # Cron daemons that start a line while its previous run is still going (Vixie/Debian cron,
 # cronie): their firings are never skipped, and a later start says nothing of an earlier.
@@ -62,8 +63,9 @@ def open_conditions(executions: list, limit: int, now: int, overlapping=False) -
     """{start: (condition, since)} of every open execution among a cron's executions.
 
     Only an execution crond started (or may have: Shadow off) is ended by a later one
-    crond started on the same host; a manual run can overlap anything. overlapping: a bool, or a function
-    that tells it (asked only when an open execution has a later one).
+    crond started on the same host (any host for one whose host is unknown: None, on SQLite
+    or from before the fleet); a manual run can overlap anything. overlapping: a bool, or a
+    function that tells it (asked only when an open execution has a later one).
     """
     by_start = sorted(executions, key=lambda e: e.start)
     found = {}
@@ -74,7 +76,7 @@ def open_conditions(executions: list, limit: int, now: int, overlapping=False) -
         if e.scheduled is not False:
             later = next((x.start for x in by_start[i + 1:]
                           if x.scheduled is not False and x.start > e.start
-                          and x.host == e.host), None)
+                          and (e.host is None or x.host == e.host)), None)
         lapping = False  # matters only when a later execution started
         if later is not None:
             lapping = overlapping() if callable(overlapping) else overlapping

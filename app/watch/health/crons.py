@@ -9,7 +9,8 @@ from qlshadow.storage.models import Cron, database
 from qlshadow.watch.health.cache import WINDOWS, Schedules
 from qlshadow.watch.health.facts import NO_FIRINGS
 from qlshadow.watch.health.missed import missed_firings
-from qlshadow.watch.health.reads import judge_per_host, older_successes, recent_executions
+from qlshadow.watch.health.reads import (host_reads, judge_per_host, older_successes,
+                                         recent_executions)
 from qlshadow.watch.health.state import evaluate, order
 
 MAX_CRONS = 1000  # one read answers at most this many crons, lowest ids first
@@ -34,7 +35,7 @@ def read_all(now: int | None = None, shadow: bool = True, cron_id: int | None = 
         crons = list(query.dicts())
         ids = [c["id"] for c in crons]
         per_host = judge_per_host(crons, now)
-        recent = recent_executions(ids, shadow, {i: len(h) for i, h in per_host.items()})
+        recent = recent_executions(ids, shadow, host_reads(crons, per_host))
         lacking = [i for i in ids if recent[i]
                    and not any(not e.open and e.exit_code == 0 for e in recent[i])]
         older = older_successes(lacking)
@@ -57,16 +58,19 @@ def read_all(now: int | None = None, shadow: bool = True, cron_id: int | None = 
 
 def _missed_recent(cron: dict, executions: list, grace: int, schedules: Schedules,
                    now: int, steps: list = (), daemon: str | None = None,
-                   hosts: dict | None = None) -> int:
+                   hosts: dict | None = None, seen: int | None = None) -> int:
     if hosts is not None:  # each host's misses over its own executions, added up
-        return sum(_missed_recent({**cron, "created_at": max(cron["created_at"], seen)},
+        return sum(_missed_recent({**cron, "created_at": max(cron["created_at"], first)},
                                   [e for e in executions if e.host == host_id], grace,
-                                  schedules, now, steps, daemon)
-                   for host_id, (_name, seen) in hosts.items())
+                                  schedules, now, steps, daemon, seen=last)
+                   for host_id, (_name, first, last) in hosts.items())
     judged_from = max(cron["created_at"], cron["updated_at"]) + 1
     lo = min((e.start for e in executions), default=judged_from)
     lo = max(lo, judged_from, now - 31 * _DAY)
-    expected = schedules.between(cron["schedule"], lo, now - max(grace, _MINUTE) + 1)
+    until = now - max(grace, _MINUTE) + 1
+    if seen is not None:  # a host's firings after it was last seen are its silence
+        until = min(until, seen + 1)
+    expected = schedules.between(cron["schedule"], lo, until)
     fires = set(schedules.between(cron["schedule"], lo, now + 1))
     return missed_firings(cron, executions, expected, grace, now, steps, fires.__contains__,
                           daemon, cron.get("max_runtime"))

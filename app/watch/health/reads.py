@@ -126,13 +126,14 @@ def _recent_per_host(ids: list, shadow: bool, per_host: dict) -> dict:
 
 
 def judge_per_host(crons: list, now: int) -> dict:
-    """{cron_id: {host id: (name, first seen)}} of the crons judged per host: on a shared
-    (PostgreSQL) database, each `each` cron naming more than one recorded host (["*"]:
-    every recorded host). None of them on SQLite (one host): nothing is read.
+    """{cron_id: {host id: (name, first seen, last seen)}} of the crons judged per host: on
+    a shared (PostgreSQL) database, each `each` cron naming more than one recorded host
+    (["*"]: every recorded host). None of them on SQLite (one host): nothing is read.
 
     A silent host (its tick unseen for 3 minutes, core/fleet.py) is not judged: its own
     alert already says that it runs nothing (one alert for the outage, not one per cron and
     firing); the firings it missed count again once it is seen, until it runs a later one.
+    Before it is silent, a firing after its last sighting is not judged either (state.py).
     A named host that never recorded itself runs nothing here and is not judged either."""
     from qlshadow.core import fleet
     from qlshadow.storage.db import is_sqlite
@@ -147,16 +148,32 @@ def judge_per_host(crons: list, now: int) -> dict:
     every = fleet.hosts_seen(now)
     if len(every) < 2:
         return {}
-    by_name = {name: (i, first, silent) for i, (name, first, silent) in every.items()}
+    by_name = {name: (i, first, last, silent)
+               for i, (name, first, last, silent) in every.items()}
     out = {}
     for cron in wide:
         names = named[cron["id"]]
         recorded = list(by_name) if fleet.ALL in names else [n for n in names if n in by_name]
         if len(recorded) < 2:
             continue
-        out[cron["id"]] = {by_name[n][0]: (n, by_name[n][1]) for n in recorded
-                           if not by_name[n][2]}
+        out[cron["id"]] = {by_name[n][0]: (n, by_name[n][1], by_name[n][2]) for n in recorded
+                           if not by_name[n][3]}
     return out
+
+
+def host_reads(crons: list, per_host: dict) -> dict:
+    """{cron_id: hosts} of the crons whose executions are read with their host, RECENT rows
+    per host (recent_executions): those judged per host, and on a fleet (several recorded
+    hosts) each `one` cron, RECENT rows in all (one run per firing), whose open runs end
+    only by a later run of their own host (conditions.open_conditions)."""
+    from qlshadow.core import fleet
+    from qlshadow.storage.db import is_sqlite
+    from qlshadow.storage.models import Host
+    reads = {i: len(hosts) for i, hosts in per_host.items()}
+    ones = [c["id"] for c in crons if fleet.mode(c) == "one"]
+    if ones and not is_sqlite() and Host.select().count() > 1:
+        reads.update(dict.fromkeys(ones, 1))
+    return reads
 
 
 def older_successes(ids: list) -> dict:

@@ -60,9 +60,10 @@ def evaluate(cron: dict, executions: list, firings: Firings, now: int,
     (firing_times.clock_steps), whose firings are never missed or late; daemon: the cron
     daemon's kind (host.crond.daemon_kind): unless it starts overlapping runs, a firing
     that came while the previous run was open was skipped by crond, not missed; hosts:
-    {host id: (name, first seen)} for an `each` cron judged per host (judge_per_host):
-    each host's firings are missed or late over its own executions (and only after it
-    first recorded itself); None: over all executions together.
+    {host id: (name, first seen, last seen)} for an `each` cron judged per host
+    (judge_per_host): each host's firings are missed or late over its own executions, only
+    those after it first recorded itself and at or before it was last seen (a firing after
+    its last sighting is its silence, not a miss); None: over all executions together.
     """
     from qlshadow.watch.firing_times import in_clock_step
     execs = sorted(executions, key=lambda e: e.start, reverse=True)
@@ -115,17 +116,19 @@ def evaluate(cron: dict, executions: list, firings: Firings, now: int,
     judged_from = max(cron["created_at"], cron["updated_at"])
     due = [f for f in firings.due if f > judged_from and not in_clock_step(f, steps)]
 
-    def gap(mine: list, since: int) -> tuple:
-        # (missed firing, since, late firing) over these executions, firings after `since`.
-        return missed_or_late([f for f in due if f > since], mine, since, firings, grace,
-                              limit, now, overlapping)
+    def gap(mine: list, since: int, seen: int | None = None) -> tuple:
+        # (missed firing, since, late firing) over these executions, firings after `since`
+        # (and at or before `seen`, when the host was last seen).
+        return missed_or_late([f for f in due if f > since and (seen is None or f <= seen)],
+                              mine, since, firings, grace, limit, now, overlapping)
 
     if hosts is None:
         missed, missed_since, late = gap(execs, judged_from)
         where = ""
     else:  # an `each` cron on several hosts: each host's firings over its own executions
-        found = {name: gap([e for e in execs if e.host == host_id], max(judged_from, seen))
-                 for host_id, (name, seen) in hosts.items()}
+        found = {name: gap([e for e in execs if e.host == host_id], max(judged_from, first),
+                           last)
+                 for host_id, (name, first, last) in hosts.items()}
         missing = {n: g for n, g in found.items() if g[0] is not None}
         if missing:
             # The reason names the first firing missed and the hosts that missed it;

@@ -8,7 +8,7 @@ from qlshadow.watch.firing_times import _sql
 from qlshadow.watch.health.conditions import CONDITIONS, OVERLAPPING, condition
 from qlshadow.watch.health.facts import Execution
 from qlshadow.watch.health.missed import skipped_by_crond
-from qlshadow.watch.health.runs import stuck_limits
+from qlshadow.watch.health.runs import later_run, stuck_limits
 
 # A cron's open Runs of the window, and its Runs around missed firings (whether the line's
 # previous run was still open then), through shadow_runs_cron; read only for crons that
@@ -16,6 +16,11 @@ from qlshadow.watch.health.runs import stuck_limits
 _OPEN_RUNS = ('SELECT "accepted_at" FROM "shadow_runs" WHERE "cron_id" = ? '
               'AND "accepted_at" >= ? AND "accepted_at" < ? AND "finished_at" IS NULL '
               'ORDER BY "accepted_at"')
+# The same with each Run's host, for a fleet of several hosts: every row of the window is
+# looked up, as the window's counts (reads.run_stats) already read each one.
+_OPEN_HOST_RUNS = ('SELECT "accepted_at", "host_id" FROM "shadow_runs" WHERE "cron_id" = ? '
+                   'AND "accepted_at" >= ? AND "accepted_at" < ? AND "finished_at" IS NULL '
+                   'ORDER BY "accepted_at", "id"')
 # A cron's newest Run, through shadow_runs_cron.
 _NEWEST_RUN = ('SELECT "accepted_at", "finished_at" FROM "shadow_runs" WHERE "cron_id" = ? '
                'ORDER BY "accepted_at" DESC, "id" DESC LIMIT 1')
@@ -32,6 +37,7 @@ class Judge:
         self.now, self.stuck_after = now, stuck_after
         self.overlapping = daemon == OVERLAPPING
         self._limits: dict = {}
+        self._hosts: int | None = None  # hosts the fleet recorded, once read
 
     def prefetch(self, ids: list) -> None:
         """Read the stuck limits of these crons at once (those with open Runs)."""
@@ -48,6 +54,8 @@ class Judge:
     def open_runs(self, cron_id: int, since: int, until: int, count: int) -> dict:
         """{condition: count} of the cron's `count` Runs of the window that have no finish."""
         counts = dict.fromkeys(CONDITIONS, 0)
+        if not self.overlapping and self.fleet() > 1:
+            return self._open_runs_per_host(cron_id, since, until, counts)
         if not self.overlapping:
             # Every open Run but the cron's newest has a later one: its finish was lost.
             # So only the newest is read (one seek), never the window's Runs.
@@ -60,6 +68,31 @@ class Judge:
         # A daemon that starts overlapping runs: each open Run by its age alone.
         for (at,) in database.obj.execute_sql(_sql(_OPEN_RUNS), (cron_id, since, until)):
             counts[condition(at, self.limit(cron_id), self.now, None, True)[0]] += 1
+        return counts
+
+    def fleet(self) -> int:
+        """How many hosts share the database (one on SQLite, whose Runs store no host)."""
+        if self._hosts is None:
+            from qlshadow.storage.db import is_sqlite
+            from qlshadow.storage.models import Host
+            self._hosts = 1 if is_sqlite() else Host.select().count()
+        return self._hosts
+
+    def _open_runs_per_host(self, cron_id: int, since: int, until: int, counts: dict) -> dict:
+        """open_runs on a fleet: crond starts a line again only on its own host, so only a
+        later Run of the same host proves an open Run's finish lost (a Run stored with no
+        host, from before the fleet: any later Run)."""
+        newest: dict = {}  # host id: its newest open Run of the window
+        for at, host in database.obj.execute_sql(_sql(_OPEN_HOST_RUNS),
+                                                 (cron_id, since, until)):
+            if host in newest:  # a later open Run of the same host started
+                counts["finish_lost"] += 1
+            newest[host] = at
+        for host, at in newest.items():
+            if later_run(cron_id, at, host, self.fleet()) is not None:
+                counts["finish_lost"] += 1
+            else:
+                counts[condition(at, self.limit(cron_id), self.now)[0]] += 1
         return counts
 
     def skipped(self, cron_id: int, missed: list) -> set:
