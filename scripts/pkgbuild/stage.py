@@ -14,6 +14,7 @@ them. The other forms (`code=`, `blank=`,
 from __future__ import annotations
 
 import ast
+import functools
 import glob
 import io
 import os
@@ -490,7 +491,14 @@ def blank_tree(lib_dir: str) -> None:
                 with open(path, "rb") as fh:
                     source = fh.read()
                 with open(path, "wb") as fh:
-                    fh.write(compact_layout(blank_docs(source), annotations=False))
+                    fh.write(_shipped_source(source))
+
+
+@functools.cache
+def _shipped_source(source: bytes) -> bytes:
+    """A module as shipped. Kept per process: tokenizing is most of a staging's time, and a
+    build (or a test session) stages the same sources for each release and package."""
+    return compact_layout(blank_docs(source), annotations=False)
 
 
 # --- shell comments ---------------------------------------------------------------------------
@@ -522,16 +530,27 @@ def strip_shell_comments(path: str, shell: str = "sh") -> None:
     script that does not parse before or after."""
     with open(path, encoding="utf-8") as fh:
         text = fh.read()
+    try:
+        stripped = _without_comments(text, shell)
+    except BuildError as exc:
+        raise BuildError(f"{path}: {exc}") from None
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write(stripped)
+
+
+@functools.cache
+def _without_comments(text: str, shell: str) -> str:
+    """A script's text with its comment lines emptied (one `sh -n` per comment block: kept
+    per process, as _shipped_source); BuildError when it cannot be done safely."""
     if subprocess.run([shell, "-n"], input=text, capture_output=True, text=True).returncode:
-        raise BuildError(f"{path}: not a script {shell} -n reads")
+        raise BuildError(f"not a script {shell} -n reads")
     lines = text.split("\n")
     for number in shell_comment_lines(text, shell):
         lines[number - 1] = ""
     stripped = "\n".join(lines)
     if subprocess.run([shell, "-n"], input=stripped, capture_output=True, text=True).returncode:
-        raise BuildError(f"{path}: leaving out its comments broke it")
-    with open(path, "w", encoding="utf-8") as fh:
-        fh.write(stripped)
+        raise BuildError("leaving out its comments broke it")
+    return stripped
 
 
 def shell_scripts(tree: str, conffiles: list) -> list:
