@@ -16,6 +16,7 @@ import time
 
 import pytest
 from helpers import BACKENDS, SHADOW_ON, LiveServer, SessionDatabases, legacy_rows, play
+from receivers import PROXY_VARIABLES, Receiver
 
 from qlshadow import config
 from qlshadow.storage import db
@@ -236,3 +237,19 @@ def pytest_sessionfinish(session, exitstatus):
             os.unlink(path)
         except OSError:
             pass
+
+
+@pytest.fixture(autouse=True)
+def no_proxy_from_the_environment(monkeypatch):
+    """Requests to loopback receivers must not detour through a proxy set on the host; a
+    test that tries a proxy sets its own."""
+    for name in PROXY_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture
+def receiver():
+    """A real HTTP receiver on 127.0.0.1 (tests/receivers.py), closed after the test."""
+    server = Receiver()
+    yield server
+    server.close()

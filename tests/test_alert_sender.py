@@ -15,23 +15,9 @@ from qlshadow.storage.models import AlertDelivery, AlertEvent
 from qlshadow.watch import alerts, notify
 from qlshadow.watch import sender as alert_sender
 from helpers import http
-from test_notify_channels import PROXY_VARIABLES, Receiver
 
 STATUS = "/open/crons/status"
 PROMISE = 5.0  # seconds from the finish callback to the receiver (issue 38)
-
-
-@pytest.fixture(autouse=True)
-def no_proxy_from_the_environment(monkeypatch):
-    for name in PROXY_VARIABLES:
-        monkeypatch.delenv(name, raising=False)
-
-
-@pytest.fixture
-def receiver():
-    server = Receiver()
-    yield server
-    server.close()
 
 
 def ntfy(receiver) -> dict:

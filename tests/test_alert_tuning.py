@@ -14,9 +14,7 @@ from qlshadow.storage.models import AlertEvent, Cron
 from qlshadow.watch import alerts, health
 from helpers import cli_env, run_cli, table_rows
 from old_schema import database_at
-from test_alerts import channels_of, no_proxy_from_the_environment, receiver, run, tick, titles
-
-__all__ = ("no_proxy_from_the_environment", "receiver")  # fixtures used by name
+from test_alerts import channels_of, run, tick, titles
 
 
 def local(days: int, hour: int, minute: int = 0) -> int:

@@ -17,22 +17,9 @@ from qlshadow.host import crontab
 from qlshadow.storage import db
 from qlshadow.storage.models import AlertDelivery, AlertEvent, Cron
 from helpers import ROOT, table_rows
-from test_notify_channels import PROXY_VARIABLES, Receiver
+from receivers import PROXY_VARIABLES
 
 STATUS = "/open/crons/status"
-
-
-@pytest.fixture(autouse=True)
-def no_proxy_from_the_environment(monkeypatch):
-    for name in PROXY_VARIABLES:
-        monkeypatch.delenv(name, raising=False)
-
-
-@pytest.fixture
-def receiver():
-    server = Receiver()
-    yield server
-    server.close()
 
 
 def ntfy(receiver) -> dict:

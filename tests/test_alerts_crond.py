@@ -10,7 +10,7 @@ import time
 import pytest
 
 from shellenv import SYSTEM_PATH, busybox_static, create_cron, start_module_server, wait_for
-from test_notify_channels import Receiver
+from receivers import Receiver
 
 pytestmark = pytest.mark.slow
 

@@ -14,22 +14,8 @@ from qlshadow.storage.models import AlertEvent
 from qlshadow.watch import alerts, notify
 from helpers import table_rows
 from reconcile_history import HOUR, history, new_cron
-from test_notify_channels import PROXY_VARIABLES, Receiver
 
 pytestmark = [pytest.mark.shadow_on, pytest.mark.usefixtures("utc_box")]
-
-
-@pytest.fixture(autouse=True)
-def no_proxy_from_the_environment(monkeypatch):
-    for name in PROXY_VARIABLES:
-        monkeypatch.delenv(name, raising=False)
-
-
-@pytest.fixture
-def receiver():
-    server = Receiver()
-    yield server
-    server.close()
 
 
 def _step_seen(at: int, step: int) -> None:

@@ -301,7 +301,7 @@ def test_metrics_name_the_host_and_each_host_of_the_fleet(app, client, settings)
 def test_a_host_going_silent_and_back_is_told_once_each_for_the_whole_fleet(
         settings, make_settings, monkeypatch):
     from test_alerts import PROXY_VARIABLES, channels_of, titles
-    from test_notify_channels import Receiver
+    from receivers import Receiver
     from qlshadow.watch.alerts import tick
     for name in PROXY_VARIABLES:
         monkeypatch.delenv(name, raising=False)

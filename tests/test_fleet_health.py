@@ -275,7 +275,7 @@ def api_health(client, auth, cron_id: int) -> dict:
 def test_a_stopped_hosts_firings_after_its_last_tick_are_not_missed_and_it_goes_silent(
         client, auth, settings, nas, clock, monkeypatch):
     from test_alerts import PROXY_VARIABLES, channels_of, titles
-    from test_notify_channels import Receiver
+    from receivers import Receiver
     from qlshadow.watch.alerts import tick
     for name in PROXY_VARIABLES:
         monkeypatch.delenv(name, raising=False)

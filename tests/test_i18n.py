@@ -21,7 +21,6 @@ from qlshadow.core.auth import create_app_record
 from qlshadow.web.views import create_app
 from helpers import ONE_BACKEND, ROOT, run_cli
 from test_alerts import run, tick_process
-from test_notify_channels import PROXY_VARIABLES, Receiver
 
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 import po_extract  # noqa: E402  (scripts/ is not a package)
@@ -35,12 +34,6 @@ def english_again():
     """A zh_CN app or tick sets the process's language: later tests get English back."""
     yield
     i18n.set_default("en")
-
-
-@pytest.fixture(autouse=True)
-def no_proxy_from_the_environment(monkeypatch):
-    for name in PROXY_VARIABLES:
-        monkeypatch.delenv(name, raising=False)
 
 
 def catalog() -> dict:
@@ -365,13 +358,6 @@ def test_health_reasons_follow_the_language_in_effect():
 
 
 # --- notifications ---------------------------------------------------------------------------
-
-@pytest.fixture
-def receiver():
-    server = Receiver()
-    yield server
-    server.close()
-
 
 def webhook(receiver) -> dict:
     return {"WEBHOOK_URL": receiver.url, "WEBHOOK_METHOD": "POST",

@@ -15,7 +15,8 @@ from qlshadow import config
 from qlshadow.host import crontab
 from qlshadow.watch import notify
 from helpers import ROOT
-from test_notify_channels import PROXY_VARIABLES, Receiver, _form, no_proxy_from_the_environment  # noqa: F401
+from receivers import PROXY_VARIABLES, Receiver
+from test_notify_channels import _form
 
 # As a QingLong user has it: the sample's comments and settings, empty exports, bash arrays
 # over several lines, a function, a commented-out case block, quoted values with spaces and

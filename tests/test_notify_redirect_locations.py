@@ -10,21 +10,8 @@ import threading
 import pytest
 
 from qlshadow.watch import notify
-from test_notify_channels import PROXY_VARIABLES, TITLE, CONTENT, Receiver
+from test_notify_channels import TITLE, CONTENT
 from test_notify_safety import moved, webhook
-
-
-@pytest.fixture(autouse=True)
-def no_proxy_from_the_environment(monkeypatch):
-    for name in PROXY_VARIABLES:
-        monkeypatch.delenv(name, raising=False)
-
-
-@pytest.fixture
-def receiver():
-    server = Receiver()
-    yield server
-    server.close()
 
 
 def send(values: dict) -> notify.Result:

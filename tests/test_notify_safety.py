@@ -13,20 +13,8 @@ import pytest
 
 from qlshadow.watch import notify
 from test_alerts import deliveries, run, tick
-from test_notify_channels import PROXY_VARIABLES, TITLE, CONTENT, Receiver, _notify_cli
-
-
-@pytest.fixture(autouse=True)
-def no_proxy_from_the_environment(monkeypatch):
-    for name in PROXY_VARIABLES:
-        monkeypatch.delenv(name, raising=False)
-
-
-@pytest.fixture
-def receiver():
-    server = Receiver()
-    yield server
-    server.close()
+from test_notify_channels import TITLE, CONTENT, _notify_cli
+from receivers import Receiver
 
 
 @pytest.fixture

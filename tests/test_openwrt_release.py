@@ -19,15 +19,9 @@ from helpers import http
 from openwrt_release import (ROOT, RouterPython, RouterServer, allowed_packages, feeds, fetch,
                              stage_package)
 from shellenv import SYSTEM_PATH, busybox_static
-from test_notify_channels import PROXY_VARIABLES, Receiver, SmtpServer
+from test_notify_channels import SmtpServer
 
 RELEASES = feeds.RELEASES
-
-
-@pytest.fixture(autouse=True)
-def no_proxy_from_the_environment(monkeypatch):
-    for name in PROXY_VARIABLES:
-        monkeypatch.delenv(name, raising=False)
 
 
 @pytest.fixture(scope="module")
@@ -58,13 +52,6 @@ def router(trees, tmp_path):
     yield make
     for server in servers:
         server.stop()
-
-
-@pytest.fixture
-def receiver():
-    server = Receiver()
-    yield server
-    server.close()
 
 
 @pytest.fixture

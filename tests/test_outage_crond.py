@@ -34,7 +34,7 @@ from harness import ROOT, Serve, clean_env
 from helpers import BACKENDS, create_pg_database, drop_pg_database, http, run_cli
 from qlshadow.watch import health
 from shellenv import SYSTEM_PATH, busybox_static, create_cron, runs_of, wait_for, which
-from test_notify_channels import Receiver
+from receivers import Receiver
 
 pytestmark = pytest.mark.slow
 

@@ -21,25 +21,11 @@ from helpers import ROOT, http, table_rows
 from shellenv import (SHELLS, ToolDir, busybox_static, shell_argv,
                       start_module_server, wait_for, which)
 from test_alerts import local_minute_fields, run, titles
-from test_notify_channels import PROXY_VARIABLES, Receiver
+from receivers import PROXY_VARIABLES, Receiver
 
 TICK = os.path.join(ROOT, "shell", "tick.sh")
 DOWN = "qlshadow: the service is not answering"
 UP = "qlshadow: the service is answering again"
-
-
-@pytest.fixture(autouse=True)
-def no_proxy_from_the_environment(monkeypatch):
-    for name in PROXY_VARIABLES:
-        monkeypatch.delenv(name, raising=False)
-
-
-@pytest.fixture
-def receiver():
-    server = Receiver()
-    yield server
-    server.released.set()
-    server.close()
 
 
 def ntfy(receiver) -> dict:
