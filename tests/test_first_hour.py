@@ -64,6 +64,26 @@ def test_a_data_dir_that_is_a_file_is_one_line_naming_it(tmp_path):
     assert "QL_DATA_DIR" in line and "not a directory" in line
 
 
+def test_a_data_dir_another_process_makes_meanwhile_is_taken(tmp_path, monkeypatch):
+    # Several processes starting at once on a missing data dir: one makes it between
+    # another's first look (no directory) and its second (something there).
+    from qlshadow.storage.db import opening
+    data = tmp_path / "data"
+    isdir = os.path.isdir
+    looks = []
+
+    def first_look_misses_it(path):
+        looks.append(path)
+        if len(looks) == 1:
+            data.mkdir()  # the other process, right after this one looked
+            return False
+        return isdir(path)
+
+    monkeypatch.setattr(opening.os.path, "isdir", first_look_misses_it)
+    opening._check_data_dir(str(data), create=True)
+    assert isdir(data) and len(looks) >= 2
+
+
 def test_a_sqlite_file_in_a_missing_directory_is_an_error_and_creates_nothing(tmp_path):
     url = f"sqlite:///{tmp_path}/missing/deeper/ql.db"
     line = _one_error_line(run_cli(_env(tmp_path, QL_DB_URL=url), "db", "init", check=False))

@@ -69,7 +69,8 @@ def _restore_snapshot(settings) -> None:
 def _check_data_dir(path: str, create: bool) -> None:
     if os.path.isdir(path):
         return
-    if os.path.exists(path):
+    # Asked again: another process starting at the same moment may have just made it.
+    if os.path.exists(path) and not os.path.isdir(path):
         raise ConfigError(f"QL_DATA_DIR={path!r} is not a directory")
     if not create:
         return
