@@ -217,6 +217,15 @@ def read_logs(data_dir: str) -> str:
     return "".join(texts)
 
 
+def start_crond(bb: str, spool: str, log: str) -> subprocess.Popen:
+    """BusyBox crond in the foreground on a private spool, with crond's own bare environment
+    as on a router, in its own session (it outlives nothing of ours); stop it by its PID."""
+    return subprocess.Popen([bb, "crond", "-f", "-c", spool, "-L", log, "-l", "5"],
+                            env={"PATH": SYSTEM_PATH, "SHELL": "/bin/sh"},
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+
+
 def wait_for(predicate, timeout: float = 20, interval: float = 0.1):
     """Poll predicate() until it returns something truthy; returns it, or the last falsy value."""
     deadline = time.monotonic() + timeout

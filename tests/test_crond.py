@@ -13,7 +13,8 @@ import time
 import pytest
 
 from helpers import BACKENDS
-from shellenv import SYSTEM_PATH, busybox_static, create_cron, runs_of, start_module_server, wait_for
+from shellenv import (busybox_static, create_cron, runs_of, start_crond,
+                      start_module_server, wait_for)
 
 # It waits for crond's next minute.
 pytestmark = pytest.mark.slow
@@ -32,13 +33,6 @@ class Setup:
             return fh.read()
 
 
-def _start_crond(bb: str, spool: str, log: str):
-    # crond's own bare environment, as on a router; its own session so that it outlives
-    # nothing of ours, and is stopped by its PID below.
-    return subprocess.Popen([bb, "crond", "-f", "-c", spool, "-L", log, "-l", "5"],
-                            env={"PATH": SYSTEM_PATH, "SHELL": "/bin/sh"},
-                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +64,7 @@ def setups(tmp_path_factory):
             time.sleep(60 - time.time() % 60 + 0.5)
         for backend, (server, cron_id, spool, users_out) in prepared.items():
             log = str(tmp_path_factory.mktemp(f"crond-{backend}") / "crond.log")
-            started[backend] = Setup(server, cron_id, _start_crond(bb, spool, log), spool, log,
+            started[backend] = Setup(server, cron_id, start_crond(bb, spool, log), spool, log,
                                      users_out)
         yield started, problems
     finally:

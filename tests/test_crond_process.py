@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import time
 
 import pytest
 
@@ -161,35 +160,27 @@ def test_qlshadow_version_prints_the_version():
     assert result.stdout == f"qlshadow {__version__}\n"
 
 
-def test_the_status_pages_health_says_crond_does_not_run(app, client, auth, token, make_settings,
-                                                         tmp_path, monkeypatch):
+@pytest.fixture
+def installed_without_crond(app, client, auth, make_settings, tmp_path, monkeypatch):
+    """A crontab installed on a host (not OpenWrt: nothing is started) where no crond runs."""
     _system(make_settings, tmp_path, app)
-    monkeypatch.setattr(crond, "ROOT", str(tmp_path))  # not OpenWrt: nothing is started
+    monkeypatch.setattr(crond, "ROOT", str(tmp_path))
     monkeypatch.setattr(crond, "PROC", fake_proc(tmp_path, p1=("init", ["/sbin/init"])))
     assert client.post("/open/crons", json={"name": "a", "command": "true",
                                             "schedule": "* * * * *"},
                        headers=auth).status_code == 200
+
+
+def test_the_status_pages_health_says_crond_does_not_run(client, token, installed_without_crond):
     assert client.post("/page/login", data={"token": token}).status_code in (302, 303)
     page = client.get("/page/health").get_data(as_text=True)
     assert "<dt>Crontab</dt>" in page and ">installed, crond not running</span>" in page
 
 
-def test_metrics_say_whether_crond_runs_beside_the_install_state(app, client, auth,
-                                                                   make_settings, tmp_path,
-                                                                   monkeypatch):
-    _system(make_settings, tmp_path, app)
-    monkeypatch.setattr(crond, "ROOT", str(tmp_path))  # not OpenWrt: nothing is started
-    monkeypatch.setattr(crond, "PROC", fake_proc(tmp_path, p1=("init", ["/sbin/init"])))
-    assert client.post("/open/crons", json={"name": "a", "command": "true",
-                                            "schedule": "* * * * *"},
-                       headers=auth).status_code == 200
-
-    from qlshadow.core.auth import create_app_record, issue_token
-    from qlshadow.storage import db
-    from qlshadow.storage.models import App
-    with db.database.connection_context(), db.write_transaction():
-        create_app_record("prometheus", ["metrics"])
-        value, _ = issue_token(App.get(App.name == "prometheus").id, int(time.time()))
+def test_metrics_say_whether_crond_runs_beside_the_install_state(
+        client, settings, tmp_path, monkeypatch, installed_without_crond):
+    from test_metrics import metrics_token
+    value = metrics_token(settings)
 
     def gauges() -> dict:
         text = client.get("/metrics", headers={"Authorization": f"Bearer {value}"}).get_data(

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
 import time
 
 import pytest
 
 from helpers import BACKENDS, run_cli
-from shellenv import SYSTEM_PATH, busybox_static, create_cron, runs_of, start_module_server, wait_for
+from shellenv import (busybox_static, create_cron, runs_of, start_crond,
+                      start_module_server, wait_for)
 
 # It waits two minutes of crond firings.
 pytestmark = pytest.mark.slow
@@ -21,11 +21,6 @@ pytestmark = pytest.mark.slow
 MINUTES = 2
 
 
-def _start_crond(bb: str, spool: str, log: str):
-    return subprocess.Popen([bb, "crond", "-f", "-c", spool, "-L", log, "-l", "5"],
-                            env={"PATH": SYSTEM_PATH, "SHELL": "/bin/sh"},
-                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +49,7 @@ def windows(tmp_path_factory):
         logs = {}
         for backend, (_, _, spool) in prepared.items():
             logs[backend] = str(tmp_path_factory.mktemp(f"crond-{backend}") / "crond.log")
-            daemons.append(_start_crond(bb, spool, logs[backend]))
+            daemons.append(start_crond(bb, spool, logs[backend]))
         # The last firing's minute must have ended before the gate judges it.
         time.sleep(max(0.0, until + 1 - time.time()))
         for backend, (server, cron_id, _) in prepared.items():

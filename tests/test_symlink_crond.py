@@ -10,13 +10,13 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import time
 
 import pytest
 
 from helpers import BACKENDS, run_cli
-from shellenv import (SYSTEM_PATH, busybox_static, create_cron, runs_of, start_module_server,
+from shellenv import (busybox_static, create_cron, runs_of, start_crond,
+                      start_module_server,
                       wait_for)
 from test_crontab_block import forget_lock, Target
 
@@ -24,11 +24,6 @@ from test_crontab_block import forget_lock, Target
 pytestmark = pytest.mark.slow
 
 
-def _start_crond(bb: str, spool: str, log: str):
-    return subprocess.Popen([bb, "crond", "-f", "-c", spool, "-L", log, "-l", "5"],
-                            env={"PATH": SYSTEM_PATH, "SHELL": "/bin/sh"},
-                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +59,7 @@ def minutes(tmp_path_factory):
         logs = {}
         for backend, (*_, spool, _) in prepared.items():
             logs[backend] = str(tmp_path_factory.mktemp(f"crond-{backend}") / "crond.log")
-            daemons.append(_start_crond(bb, spool, logs[backend]))
+            daemons.append(start_crond(bb, spool, logs[backend]))
         time.sleep(max(0.0, until + 1 - time.time()))
         for backend, (env, server, ids, _, target) in prepared.items():
             for cron_id in ids:
