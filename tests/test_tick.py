@@ -122,6 +122,27 @@ def test_an_outage_is_one_message_and_one_recovery_naming_the_crons_it_affected(
         assert ServiceOutage.select().where(ServiceOutage.is_open == 1).count() == 0
 
 
+def test_a_recovery_heard_before_its_folded_miss_was_queued_is_folded_with_it(
+        settings, client, auth, make_cron, receiver):
+    """The miss is found by the tick that closes the outage, and the cron's callback records
+    its recovery before a sender queues either: both are the outage's, neither goes alone."""
+    (cron,), fired = missed_crons(make_cron, ["backup"])
+    channels = notify.configured_channels(ntfy(receiver))
+    now = int(time.time())
+    with db.database.connection_context():
+        outage.note(settings.base_url, False, "HTTP 503", now)
+        outage.note(settings.base_url, True, "", now + 60)
+        assert alerts.find_changes(settings, now + 60) == 1
+    run(client, auth, cron["id"], 0, pid=1, start=fired + 5)  # recorded: ok, after missed
+    assert [(e["state"], e["status"]) for e in table_rows(AlertEvent, AlertEvent.id)] == [
+        ("missed", 0), ("ok", 0)]
+    tick(settings, channels, now + 60, True)
+    assert titles(receiver) == [DOWN, UP]
+    assert f'- {cron["id"]} "backup": missed a firing' in receiver.requests[1]["body"].decode()
+    assert [(e["state"], e["status"]) for e in table_rows(AlertEvent, AlertEvent.id)] == [
+        ("missed", outage.FOLDED), ("ok", outage.FOLDED)]
+
+
 def test_a_second_outage_opens_after_the_first_has_ended(settings, receiver):
     channels = notify.configured_channels(ntfy(receiver))
     now = int(time.time())

@@ -64,11 +64,13 @@ def fold(now: int) -> int:
                 if any(lo <= at <= hi for lo, hi in spans):
                     folded.append(event_id)
             elif state == "ok" and previous in _FOLDS:
-                before = (AlertEvent.select(AlertEvent.status)
+                before = (AlertEvent.select(AlertEvent.id, AlertEvent.status)
                           .where((AlertEvent.cron == cron_id) & (AlertEvent.id < event_id))
-                          .order_by(AlertEvent.id.desc()).limit(1).scalar())
-                if before == FOLDED:
-                    folded.append(event_id)  # its miss was never told on its own
+                          .order_by(AlertEvent.id.desc()).limit(1).tuples().first())
+                # Its miss was never told on its own: folded before, or in this pass (a
+                # callback can record the recovery before any sender has queued the miss).
+                if before is not None and (before[1] == FOLDED or before[0] in folded):
+                    folded.append(event_id)
         if not folded:
             return 0
         with db.write_transaction():  # only events no tick queued meanwhile
