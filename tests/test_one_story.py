@@ -19,7 +19,7 @@ from qlshadow.core.auth import create_app_record, issue_token
 from qlshadow.storage.models import App, Cron
 from qlshadow.watch import health
 from helpers import SHADOW_ON, cli_env, run_cli
-from reconcile_history import callback, fire, new_cron, took
+from reconcile_history import away_from_the_minutes_end, callback, fire, new_cron, took
 
 pytestmark = pytest.mark.shadow_on
 
@@ -156,12 +156,8 @@ def test_the_condition_is_a_pure_function_of_start_limit_now_and_a_later_start()
 def long_runs(client, auth):
     """An every-minute cron whose runs take 70 s: crond started it every other minute over
     the last 20 minutes. Returns (cron id, window since, now, the skipped firings).
-
-    The firing of this minute has no run: it is judged (missed) a minute later. The page
-    reads the real clock, so the history starts at least 15 s before that moment."""
-    if time.time() % MINUTE > 45:
-        time.sleep(MINUTE - time.time() % MINUTE + 0.1)
-    now = int(time.time())
+    The firing of this minute has no run, and the page judges it once the minute ends."""
+    now = away_from_the_minutes_end()
     base = now // MINUTE * MINUTE
     since = base - 20 * MINUTE
     cron_id = new_cron(client, auth, "* * * * *", since - 30, name="sleeper")
@@ -204,8 +200,9 @@ def test_the_strip_draws_busybox_skips_as_skipped_not_missed(app, client, auth, 
 
 def test_the_strip_shows_every_missed_firing_the_gate_lists(app, client, auth):
     # An outage of three minutes: the record of the minute after it stands for that minute,
-    # not for the last gap before it.
-    now = int(time.time())
+    # not for the last gap before it. This minute's firing has no run either: the page must
+    # not judge it.
+    now = away_from_the_minutes_end()
     base = now // MINUTE * MINUTE
     since = base - 12 * MINUTE
     cron_id = new_cron(client, auth, "* * * * *", since - 30, name="minutely")
