@@ -211,3 +211,21 @@ def _every_row_of(rows: dict, columns: dict) -> dict:
     """Rows read with every column, cut to the columns a table had before (its first ones:
     a step appends columns)."""
     return {t: sorted((r[:len(columns[t])] for r in rows[t]), key=repr) for t in columns}
+
+
+def test_a_partition_without_room_for_the_shared_memory_file_is_called_full(
+        small_tmpfs, tmp_path, backend):
+    # SQLite reports the -shm file it cannot make as a "disk I/O error": the line says why.
+    db_url = f"sqlite:///{small_tmpfs}/qlshadow.db"
+    _database_before(db_url, 7)
+    env = _env(small_tmpfs, db_url, tmp_path)
+    filler, filled = fill_disk(small_tmpfs)
+    os.truncate(filler, filled - 16 * 1024)
+
+    full = _db_init(env)
+
+    assert full.returncode == 1, full.stderr
+    (line,) = full.stderr.strip().splitlines()
+    assert f"disk full: {small_tmpfs} has no room for SQLite's shared-memory file" in line, line
+    os.unlink(filler)
+    assert _db_init(env).returncode == 0

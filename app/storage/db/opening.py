@@ -100,4 +100,19 @@ def _sqlite_cause(path: str, exc: Exception) -> str:
         return f"its directory {directory} is not writable by this user"
     if os.path.exists(path) and not os.access(path, os.R_OK | os.W_OK):
         return "the file is not readable and writable by this user (owned by another user?)"
-    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    said = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    if said == "disk I/O error" and _free_bytes(directory) < _SHM_BYTES:
+        # SQLite says so when the partition has no room for the 32 KiB -shm file of WAL mode.
+        return f"disk full: {directory} has no room for SQLite's shared-memory file ({said})"
+    return said
+
+
+_SHM_BYTES = 32 * 1024
+
+
+def _free_bytes(directory: str) -> int:
+    try:
+        found = os.statvfs(directory)
+    except OSError:
+        return _SHM_BYTES  # unknown: the message SQLite gave stands
+    return found.f_bavail * found.f_frsize
