@@ -122,7 +122,7 @@ class Settings:
     retention_logs_per_cron: int = 50
     retention_log_days: int = 7
     storage_budget: int = DEFAULT_STORAGE_BUDGET  # bytes; 0: no budget
-    # Host names the status page answers at besides its own (views/page.py), lowercase.
+    # Host names the status page answers at besides its own (views/page/hooks.py), lowercase.
     page_hosts: frozenset = field(default_factory=frozenset)
     # QingLong's `task` runner (shell/ql-task.sh) through runner.env; None: unset.
     scripts_dir: str | None = None  # None: $QL_DATA_DIR/scripts

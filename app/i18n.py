@@ -1,7 +1,7 @@
 """Messages in the reader's language: English (the source strings) or Simplified Chinese.
 
 `_()` marks a sentence and translates it into the language in effect: the page's choice
-for the request it renders (views/page.py sets it), else the process default (QL_LANG,
+for the request it renders (views/page/hooks.py sets it), else the process default (QL_LANG,
 set by the server, the notify tick and `notify --test`). English needs no catalog, so a
 process that stays English never reads one; another language's catalog is read on the
 first sentence translated, from its compiled .mo beside the package, or compiled in

@@ -264,8 +264,8 @@ def test_durations_under_a_second_are_shown_as_such(page, feed, make_cron):
 
 
 def test_older_executions_are_on_further_pages(page, feed, make_cron, monkeypatch):
-    from qlshadow.web.views import page as page_module
-    monkeypatch.setattr(page_module, "RUNS_LIMIT", 3)
+    from qlshadow.web.views.page import crons as page_crons
+    monkeypatch.setattr(page_crons, "RUNS_LIMIT", 3)
     now = int(time.time())
     cron = make_cron(name="paged", schedule="0 0 1 1 *")["id"]
     starts = [now - 100 * k for k in range(7, 0, -1)]
