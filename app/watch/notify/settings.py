@@ -42,7 +42,7 @@ def configured_channels(values: Mapping[str, str] | None = None,
     values = load_settings() if values is None else dict(values)
     timeout = DEFAULT_TIMEOUT
     if values.get("QL_NOTIFY_TIMEOUT", "").strip():
-        timeout = config._float("QL_NOTIFY_TIMEOUT", values["QL_NOTIFY_TIMEOUT"], 0.5, 120)
+        timeout = config.parse_float("QL_NOTIFY_TIMEOUT", values["QL_NOTIFY_TIMEOUT"], 0.5, 120)
     channels = []
     for name, (triggers, build) in CHANNELS.items():
         if not any(values.get(key, "").strip() for key in triggers):
