@@ -31,6 +31,18 @@ def pg_databases():
     databases.drop_all()
 
 
+@pytest.fixture(scope="session", autouse=True)
+def package_build_cache(tmp_path_factory):
+    """One store of compacted sources (scripts/pkgbuild/stage.py) for the run's package
+    builds, in-process and child: the first staging compacts, later ones read it. Shared by
+    the xdist workers (their temp dirs have one parent per run), so it lasts one run."""
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    os.environ["QL_PKGBUILD_CACHE"] = str(shared / "pkgbuild-cache")
+    yield
+    os.environ.pop("QL_PKGBUILD_CACHE", None)
+
+
 @pytest.fixture(params=BACKENDS)
 def backend(request) -> str:
     return request.param
