@@ -12,7 +12,20 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 import time
+
+# With PYTHONDONTWRITEBYTECODE set (some hosts set it to keep checkouts free of __pycache__),
+# every child Python of the run (the thousands of CLI and serve processes, the xdist workers)
+# compiled qlshadow and the test modules from source again: about 40 % of a CLI start's CPU.
+# As the benches do (scripts/bench_notify.py), byte code goes to a cache outside the checkout
+# instead; set before any of ours is imported or any worker or child is started.
+if sys.dont_write_bytecode:
+    os.environ.setdefault("PYTHONPYCACHEPREFIX",
+                          os.path.join(tempfile.gettempdir(), f"qlshadow-pycache-{os.getuid()}"))
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    sys.pycache_prefix = os.environ["PYTHONPYCACHEPREFIX"]
+    sys.dont_write_bytecode = False
 
 import pytest
 from helpers import BACKENDS, SHADOW_ON, LiveServer, SessionDatabases, legacy_rows, play
