@@ -12,7 +12,20 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 import time
+
+# With PYTHONDONTWRITEBYTECODE set (some hosts set it to keep checkouts free of __pycache__),
+# every child Python of the run (the thousands of CLI and serve processes, the xdist workers)
+# compiled qlshadow and the test modules from source again: about 40 % of a CLI start's CPU.
+# As the benches do (scripts/bench_notify.py), byte code goes to a cache outside the checkout
+# instead; set before any of ours is imported or any worker or child is started.
+if sys.dont_write_bytecode:
+    os.environ.setdefault("PYTHONPYCACHEPREFIX",
+                          os.path.join(tempfile.gettempdir(), f"qlshadow-pycache-{os.getuid()}"))
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    sys.pycache_prefix = os.environ["PYTHONPYCACHEPREFIX"]
+    sys.dont_write_bytecode = False
 
 import pytest
 from helpers import BACKENDS, SHADOW_ON, LiveServer, SessionDatabases, legacy_rows, play
@@ -29,6 +42,18 @@ def pg_databases():
     databases = SessionDatabases()
     yield databases
     databases.drop_all()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def package_build_cache(tmp_path_factory):
+    """One store of compacted sources (scripts/pkgbuild/stage.py) for the run's package
+    builds, in-process and child: the first staging compacts, later ones read it. Shared by
+    the xdist workers (their temp dirs have one parent per run), so it lasts one run."""
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    os.environ["QL_PKGBUILD_CACHE"] = str(shared / "pkgbuild-cache")
+    yield
+    os.environ.pop("QL_PKGBUILD_CACHE", None)
 
 
 @pytest.fixture(params=BACKENDS)

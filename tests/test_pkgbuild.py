@@ -186,6 +186,24 @@ def test_blanking_keeps_every_statement_on_its_line_without_docstrings_and_comme
     assert namespace["only_doc"]() is None
 
 
+def test_a_stored_compacted_source_is_the_one_compacting_gives_and_is_read_back(tmp_path, monkeypatch):
+    # The suite's builds share QL_PKGBUILD_CACHE (conftest); a stored result must be exactly
+    # what compacting gives, found again by the source, and another source is another entry.
+    monkeypatch.setenv("QL_PKGBUILD_CACHE", str(tmp_path / "store"))
+    source = SAMPLE + f"# {tmp_path}\n".encode()  # not already kept by this process
+    expected = stage.compact_layout(stage.blank_docs(source), annotations=False)
+
+    assert stage._shipped_source(source) == expected
+    stored = [p for p in (tmp_path / "store").rglob("*") if p.is_file()]
+    assert [p.read_bytes() for p in stored] == [expected]
+    stored[0].write_bytes(b"x = 1\n")  # what a read of the store gives, the process's cache aside
+    stage._shipped_source.cache_clear()
+    assert stage._shipped_source(source) == b"x = 1\n"
+    stage._shipped_source.cache_clear()
+    stage._shipped_source(source + b"\n")
+    assert len([p for p in (tmp_path / "store").rglob("*") if p.is_file()]) == 2
+
+
 def test_blanking_the_shipped_sources_changes_no_code_and_no_line_number(staged):
     # The staged tree is blanked; the libraries' own files are the originals.
     from importlib import metadata

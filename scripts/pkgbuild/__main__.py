@@ -5,7 +5,9 @@
 
 The version is app/__init__.py's plus "-r" and QL_PACKAGE_RELEASE (default 1), so an upgrade
 of the same version can be built. SOURCE_DATE_EPOCH (default: the last commit's time) dates
-every file: the same sources give the same bytes. Prints the package's path.
+every file: the same sources give the same bytes. QL_PKGBUILD_CACHE, if set, is a folder that
+keeps each compacted source for the next builds (the test suite sets one per run). Prints
+the package's path.
 """
 from __future__ import annotations
 

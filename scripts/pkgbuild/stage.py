@@ -16,6 +16,7 @@ from __future__ import annotations
 import ast
 import functools
 import glob
+import hashlib
 import io
 import os
 import re
@@ -497,8 +498,34 @@ def blank_tree(lib_dir: str) -> None:
 @functools.cache
 def _shipped_source(source: bytes) -> bytes:
     """A module as shipped. Kept per process: tokenizing is most of a staging's time, and a
-    build (or a test session) stages the same sources for each release and package."""
-    return compact_layout(blank_docs(source), annotations=False)
+    build (or a test session) stages the same sources for each release and package. With
+    QL_PKGBUILD_CACHE set, kept in that folder too, for the next builds (the test suite's
+    builds share one per run)."""
+    folder = os.environ.get("QL_PKGBUILD_CACHE", "")
+    if not folder:
+        return compact_layout(blank_docs(source), annotations=False)
+    # Named by what makes the result: the source, this module's code and the Python whose
+    # tokenizer read it.
+    key = hashlib.sha256(_compactor_id() + source).hexdigest()
+    path = os.path.join(folder, key[:2], key)
+    try:
+        with open(path, "rb") as fh:
+            return fh.read()
+    except FileNotFoundError:
+        pass
+    shipped = compact_layout(blank_docs(source), annotations=False)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    part = f"{path}.{os.getpid()}.part"
+    with open(part, "wb") as fh:
+        fh.write(shipped)
+    os.replace(part, path)  # whole or absent to a build reading at the same time
+    return shipped
+
+
+@functools.cache
+def _compactor_id() -> bytes:
+    with open(__file__, "rb") as fh:
+        return hashlib.sha256(fh.read()).digest() + sys.version.encode() + b"\0"
 
 
 # --- shell comments ---------------------------------------------------------------------------
