@@ -10,7 +10,9 @@ QL_REQUIRE_POSTGRES=1 (set by .ci/run), where they fail.
 """
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -18,11 +20,13 @@ import time
 # With PYTHONDONTWRITEBYTECODE set (some hosts set it to keep checkouts free of __pycache__),
 # every child Python of the run (the thousands of CLI and serve processes, the xdist workers)
 # compiled qlshadow and the test modules from source again: about 40 % of a CLI start's CPU.
-# As the benches do (scripts/bench_notify.py), byte code goes to a cache outside the checkout
-# instead; set before any of ours is imported or any worker or child is started.
+# Byte code goes to a cache of the run's own outside the checkout instead (removed when the
+# run ends); set before any of ours is imported or any worker or child is started.
 if sys.dont_write_bytecode:
-    os.environ.setdefault("PYTHONPYCACHEPREFIX",
-                          os.path.join(tempfile.gettempdir(), f"qlshadow-pycache-{os.getuid()}"))
+    if "PYTHONPYCACHEPREFIX" not in os.environ:
+        os.environ["PYTHONPYCACHEPREFIX"] = tempfile.mkdtemp(prefix="qlshadow-pycache-")
+        # At exit: pytest itself still imports (and caches) modules after the session ends.
+        atexit.register(shutil.rmtree, os.environ["PYTHONPYCACHEPREFIX"], True)
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
     sys.pycache_prefix = os.environ["PYTHONPYCACHEPREFIX"]
     sys.dont_write_bytecode = False
