@@ -15,6 +15,8 @@ from qlshadow.service import fleet as fleet_tick
 from qlshadow.storage import db
 from qlshadow.storage.models import Cron, Host
 from qlshadow.web.views import create_app
+from helpers import http
+from shellenv import wait_for
 
 
 # --- QL_HOST_NAME ---------------------------------------------------------------------------
@@ -194,6 +196,27 @@ def test_a_host_installs_its_own_block_at_its_tick_once_a_change_named_it(
         assert fleet_tick.tick(nas) is None  # up to date: one upsert, nothing else
     with open(nas.crontab_file, encoding="utf-8") as fh:
         assert "echo for-nas" in fh.read()
+
+
+@pytest.mark.parametrize("backend", ["postgres"], indirect=True)
+def test_a_served_host_on_a_picked_port_reinstalls_its_block_with_that_port(
+        make_settings, live_server, tmp_path):
+    # QL_PORT=0 picks a free port: the block its tick installs again after another host's
+    # change must call that port, not port 0 (every callback would fail until a restart).
+    server = live_server(QL_HOST_NAME="nas", QL_SCHEDULER="system")
+    create_app(make_settings(QL_HOST_NAME="pi"))  # a second host: a fleet
+    runner_env = os.path.join(server.env["QL_DATA_DIR"], crontab.RUNNER_ENV)
+    assert not os.path.exists(runner_env)  # a lone host with no cron installed nothing yet
+    with db.database.connection_context(), db.write_transaction():
+        Host.update(block_wanted=Host.block_wanted + 1).where(Host.name == "nas").execute()
+    db.discard_connection()
+
+    status, _ = http("POST", server.url + "/open/notify/tick", headers=server.headers)
+
+    assert status == 202
+    assert wait_for(lambda: os.path.exists(runner_env), timeout=30, interval=0.2)
+    with open(runner_env, encoding="utf-8") as fh:
+        assert f"ql_base_url=http://127.0.0.1:{server.port}\n" in fh.read()
 
 
 # --- GET /open/hosts ------------------------------------------------------------------------

@@ -211,6 +211,11 @@ def serve(settings, threads: int | None = None, callback_lane: str | None = None
                              clear_untrusted_proxy_headers=True)
     except ListenError as exc:
         raise config.ConfigError(str(exc)) from None
+    if settings.port == 0:
+        # Port 0 picked a free port: crontab lines, manual runs and the ticks of the sender
+        # (which reinstall a fleet host's block) must call the real one.
+        settings = config.with_port(settings, server.port)
+        app.extensions["qlshadow"] = settings
     from qlshadow.watch import sender as alert_sender
     sender = alert_sender.install(app)
     if server.lane is not None:
@@ -219,10 +224,6 @@ def serve(settings, threads: int | None = None, callback_lane: str | None = None
         sender.hold_thread = server.lane.loop_thread
         server.lane.after_batch = sender.release
     try:
-        if settings.port == 0:
-            # Port 0 picked a free port: crontab lines and manual runs must call the real one.
-            settings = config.with_port(settings, server.port)
-            app.extensions["qlshadow"] = settings
         crontab.protect_data_dir(settings)
         _protect_secrets(settings)
         _startup_crontab(settings)
