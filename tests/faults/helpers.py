@@ -19,7 +19,7 @@ from http.client import HTTPConnection, HTTPException
 from urllib.parse import urlsplit
 
 import pytest
-from helpers import SHADOW_ON, free_port, http
+from helpers import ROOT, SHADOW_ON, free_port, http
 
 SHADOW = SHADOW_ON
 __all__ = ["free_port"]
@@ -238,6 +238,14 @@ class PrivatePostgres:
 
 
 # --- a small tmpfs ---------------------------------------------------------------------------
+
+def db_init(env: dict, timeout: float = 120) -> subprocess.CompletedProcess:
+    """`qlshadow db init` (the schema's upgrade steps) on env's QL_* settings alone: none of
+    this process's own QL_ variables reach it."""
+    plain = {k: v for k, v in os.environ.items() if not k.startswith(("QL_", "QL3_"))}
+    return subprocess.run([sys.executable, "-m", "qlshadow.cli", "db", "init"], cwd=ROOT,
+                          env={**plain, **env}, capture_output=True, text=True, timeout=timeout)
+
 
 def mounted_tmpfs(size: str):
     """A tmpfs of `size` (mount's size=, e.g. "4m") on a temp dir (root only); a generator

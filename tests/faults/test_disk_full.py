@@ -13,7 +13,7 @@ import pytest
 from helpers import ROOT, Serve, http
 from invariants import Inspector
 
-from .helpers import SHADOW, fill_disk, json_error, make_crons, plan, send_callback
+from .helpers import SHADOW, db_init, fill_disk, json_error, make_crons, plan, send_callback
 
 pytestmark = [pytest.mark.faults, pytest.mark.parametrize("backend", ["sqlite"])]
 
@@ -197,9 +197,7 @@ def test_a_rekey_on_a_full_partition_changes_nothing_and_runs_once_there_is_room
     # Room to open the database (its -shm file, the WAL's first pages), none for the copy.
     os.truncate(filler, filled - 256 * 1024)
 
-    full = subprocess.run([sys.executable, "-m", "qlshadow.cli", "db", "init"], cwd=ROOT,
-                          env={**_plain_env(), **env}, capture_output=True, text=True,
-                          timeout=60)
+    full = db_init(env, timeout=60)
     assert full.returncode == 1
     assert full.stderr.strip().endswith(
         "cannot re-key shadow_runs by (accepted_at, id): disk full; the database is unchanged")
@@ -213,9 +211,7 @@ def test_a_rekey_on_a_full_partition_changes_nothing_and_runs_once_there_is_room
             "PRAGMA index_list(shadow_runs)")}
 
     os.unlink(filler)
-    room = subprocess.run([sys.executable, "-m", "qlshadow.cli", "db", "init"], cwd=ROOT,
-                          env={**_plain_env(), **env}, capture_output=True, text=True,
-                          timeout=60)
+    room = db_init(env, timeout=60)
     assert room.returncode == 0, room.stderr
     assert f"re-keyed by (accepted_at, id), {len(rows)} Runs kept" in room.stderr
     with Inspector(db_url) as inspector:
@@ -225,9 +221,6 @@ def test_a_rekey_on_a_full_partition_changes_nothing_and_runs_once_there_is_room
     figures(tmpfs_bytes=4 * 1024 * 1024, runs=len(rows),
             db_bytes=os.path.getsize(f"{small_tmpfs}/qlshadow.db"))
 
-
-def _plain_env() -> dict:
-    return {k: v for k, v in os.environ.items() if not k.startswith(("QL_", "QL3_"))}
 
 
 def _run_key(inspector) -> list:

@@ -10,15 +10,12 @@ Steps 1 and 2 on a full partition are in test_disk_full.py and test_overlay_upgr
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 
 import pytest
 
-from helpers import ROOT
 from invariants import Inspector
 
-from .helpers import fill_disk
+from .helpers import db_init, fill_disk
 
 pytestmark = [pytest.mark.faults, pytest.mark.parametrize("backend", ["sqlite"])]
 
@@ -31,14 +28,6 @@ START = 1_764_460_800
 ROOM = 36 * 1024
 
 
-def _plain_env() -> dict:
-    return {k: v for k, v in os.environ.items() if not k.startswith(("QL_", "QL3_"))}
-
-
-def _db_init(env: dict) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "qlshadow.cli", "db", "init"], cwd=ROOT,
-                          env={**_plain_env(), **env}, capture_output=True, text=True,
-                          timeout=120)
 
 
 def _database_before(db_url: str, version: int) -> None:
@@ -140,7 +129,7 @@ def test_a_step_on_a_full_partition_changes_nothing_and_finishes_once_there_is_r
     filler, filled = fill_disk(small_tmpfs)
     os.truncate(filler, filled - ROOM)  # room to open the database, none for the step
 
-    full = _db_init(env)
+    full = db_init(env)
 
     # The step did fail (else this proves nothing), in one line that names it and the cause.
     assert full.returncode == 1, (full.returncode, full.stderr)
@@ -154,7 +143,7 @@ def test_a_step_on_a_full_partition_changes_nothing_and_finishes_once_there_is_r
     assert _read(db_url)[:3] == (step - 1, schema_before, rows_before)  # nothing half-done
 
     os.unlink(filler)
-    room = _db_init(env)
+    room = db_init(env)
 
     assert room.returncode == 0, room.stderr
     assert "Traceback" not in room.stderr
@@ -177,7 +166,7 @@ def test_the_steps_that_fit_stay_done_whole_and_the_next_start_does_the_rest(
     filler, filled = fill_disk(small_tmpfs)
     os.truncate(filler, filled - room * 1024)
 
-    full = _db_init(env)
+    full = db_init(env)
 
     assert full.returncode == 1, (full.returncode, full.stderr)
     assert "Traceback" not in full.stderr
@@ -199,7 +188,7 @@ def test_the_steps_that_fit_stay_done_whole_and_the_next_start_does_the_rest(
     assert _every_row_of(rows, columns) == rows_before
 
     os.unlink(filler)
-    room_run = _db_init(env)
+    room_run = db_init(env)
 
     assert room_run.returncode == 0, room_run.stderr
     assert "Traceback" not in room_run.stderr
@@ -222,10 +211,10 @@ def test_a_partition_without_room_for_the_shared_memory_file_is_called_full(
     filler, filled = fill_disk(small_tmpfs)
     os.truncate(filler, filled - 16 * 1024)
 
-    full = _db_init(env)
+    full = db_init(env)
 
     assert full.returncode == 1, full.stderr
     (line,) = full.stderr.strip().splitlines()
     assert f"disk full: {small_tmpfs} has no room for SQLite's shared-memory file" in line, line
     os.unlink(filler)
-    assert _db_init(env).returncode == 0
+    assert db_init(env).returncode == 0

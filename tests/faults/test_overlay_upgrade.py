@@ -8,15 +8,12 @@ pages the old table frees (docs/STORAGE.md, "Upgrade in place").
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 
 import pytest
 
-from helpers import ROOT
 from invariants import Inspector
 
-from .helpers import fill_disk, mounted_tmpfs
+from .helpers import db_init, fill_disk, mounted_tmpfs
 
 # slow: each builds a 14 MB database of 20,000 Runs (a load of about 10 s).
 pytestmark = [pytest.mark.faults, pytest.mark.slow, pytest.mark.parametrize("backend", ["sqlite"])]
@@ -32,14 +29,6 @@ def tmpfs_16m():
     yield from mounted_tmpfs("16m")
 
 
-def _plain_env() -> dict:
-    return {k: v for k, v in os.environ.items() if not k.startswith(("QL_", "QL3_"))}
-
-
-def _db_init(env: dict) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "qlshadow.cli", "db", "init"], cwd=ROOT,
-                          env={**_plain_env(), **env}, capture_output=True, text=True,
-                          timeout=300)
 
 
 def _version_1_database(db_url: str) -> None:
@@ -83,7 +72,7 @@ def test_the_slim_upgrade_keeps_every_run_on_a_partition_smaller_than_twice_the_
     env = {"QL_DATA_DIR": tmpfs_16m, "QL_DB_URL": db_url, "QL_SCHEDULER": "node",
            "QL_CRONTAB_INSTALL": "", "QL_CRONTAB_FILE": str(tmp_path / "crontab.list")}
 
-    result = _db_init(env)
+    result = db_init(env, timeout=300)
 
     assert result.returncode == 0, result.stderr
     assert "Traceback" not in result.stderr
@@ -109,7 +98,7 @@ def test_a_move_stopped_by_a_full_disk_goes_on_at_the_next_start(tmpfs_16m, tmp_
     filler, filled = fill_disk(tmpfs_16m)  # not a byte left: the first batch cannot commit
     os.truncate(filler, filled - 256 * 1024)  # room to open the database and rename
 
-    full = _db_init(env)
+    full = db_init(env, timeout=300)
 
     assert "Traceback" not in full.stderr
     with Inspector(db_url) as inspector:
@@ -123,7 +112,7 @@ def test_a_move_stopped_by_a_full_disk_goes_on_at_the_next_start(tmpfs_16m, tmp_
     assert full.returncode == 0 and left == 1 and moved < RUNS or full.returncode == 1
 
     os.unlink(filler)
-    room = _db_init(env)
+    room = db_init(env, timeout=300)
 
     assert room.returncode == 0, room.stderr
     with Inspector(db_url) as inspector:
