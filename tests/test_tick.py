@@ -143,6 +143,35 @@ def test_a_recovery_heard_before_its_folded_miss_was_queued_is_folded_with_it(
         ("missed", outage.FOLDED), ("ok", outage.FOLDED)]
 
 
+def test_a_recovery_recorded_while_the_pass_folds_its_miss_waits_and_is_folded_next(
+        settings, client, auth, make_cron, receiver, monkeypatch):
+    """The tick that closes the outage finds the miss and folds it; the cron's callback
+    records its recovery just after that fold, in the same pass (as under real crond,
+    which starts the cron and the tick line in one minute). The pass queues only what its
+    fold judged: the recovery waits, and the next pass folds it with its miss."""
+    channels = notify.configured_channels(ntfy(receiver))
+    now = int(time.time())
+    tick(settings, channels, now, False, "HTTP 503")
+    (cron,), fired = missed_crons(make_cron, ["backup"])  # missed, found by the next tick
+    fold, recorded = outage.fold, []
+
+    def fold_then_a_callback(*args):
+        folded = fold(*args)
+        if not recorded:  # the callback lands right after this pass's fold
+            recorded.append(run(client, auth, cron["id"], 0, pid=1, start=fired + 5))
+        return folded
+
+    monkeypatch.setattr(outage, "fold", fold_then_a_callback)
+    tick(settings, channels, now + 60, True)
+    assert titles(receiver) == [DOWN, UP]
+    assert [(e["state"], e["status"]) for e in table_rows(AlertEvent, AlertEvent.id)] == [
+        ("missed", outage.FOLDED), ("ok", 0)]
+    tick(settings, channels, now + 120, True)
+    assert titles(receiver) == [DOWN, UP]
+    assert [(e["state"], e["status"]) for e in table_rows(AlertEvent, AlertEvent.id)] == [
+        ("missed", outage.FOLDED), ("ok", outage.FOLDED)]
+
+
 def test_a_second_outage_opens_after_the_first_has_ended(settings, receiver):
     channels = notify.configured_channels(ntfy(receiver))
     now = int(time.time())

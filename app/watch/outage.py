@@ -48,16 +48,17 @@ def note(url: str, answered: bool | None, why: str, now: int) -> bool:
     return True
 
 
-def fold(now: int) -> int:
-    """Mark the new events an outage tells (see the module's docstring); returns how many."""
+def fold(now: int, new: list) -> set:
+    """Mark those of `new` (id, cron id, state, previous, at: the events a sender read as
+    new, oldest first) that an outage tells (see the module's docstring); returns their
+    ids. The sender queues only the rest of that same list: an event recorded after its
+    read waits for the next pass, which folds it too when it is the recovery of a folded
+    miss (a callback can record it while the pass that folds the miss runs)."""
     with db.connected():
         spans = [(since, ended if ended is not None else now) for since, ended in
                  ServiceOutage.select(ServiceOutage.since, ServiceOutage.ended_at).tuples()]
         if not spans:
-            return 0
-        new = list(AlertEvent.select(AlertEvent.id, AlertEvent.cron, AlertEvent.state,
-                                     AlertEvent.previous, AlertEvent.at)
-                   .where(AlertEvent.status == 0).order_by(AlertEvent.id).limit(1000).tuples())
+            return set()
         folded = []
         for event_id, cron_id, state, previous, at in new:
             if state in _FOLDS:
@@ -67,15 +68,15 @@ def fold(now: int) -> int:
                 before = (AlertEvent.select(AlertEvent.id, AlertEvent.status)
                           .where((AlertEvent.cron == cron_id) & (AlertEvent.id < event_id))
                           .order_by(AlertEvent.id.desc()).limit(1).tuples().first())
-                # Its miss was never told on its own: folded before, or in this pass (a
-                # callback can record the recovery before any sender has queued the miss).
+                # Its miss was never told on its own: folded before, or in this pass.
                 if before is not None and (before[1] == FOLDED or before[0] in folded):
                     folded.append(event_id)
         if not folded:
-            return 0
-        with db.write_transaction():  # only events no tick queued meanwhile
-            return (AlertEvent.update(status=FOLDED)
-                    .where(AlertEvent.id.in_(folded) & (AlertEvent.status == 0)).execute())
+            return set()
+        with db.write_transaction():  # only events no other sender queued meanwhile
+            (AlertEvent.update(status=FOLDED)
+             .where(AlertEvent.id.in_(folded) & (AlertEvent.status == 0)).execute())
+        return set(folded)
 
 
 def deliver(settings, channels: list, now: int, send):

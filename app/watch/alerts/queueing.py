@@ -30,20 +30,20 @@ def queue_events(channels: list, now: int) -> int:
     problem is still there), else held back; a `failed` event waits for the cron's
     `alert_after`-th failure in a row; a recovery is held back when the problem before it was.
     """
-    def new_events() -> list:
-        return list(AlertEvent.select(AlertEvent.id, AlertEvent.cron, AlertEvent.at,
-                                      AlertEvent.state).where(_NEW)
-                    .order_by(AlertEvent.id).limit(1000).tuples())
     with db.connected():
-        new = new_events()
+        new = list(AlertEvent.select(AlertEvent.id, AlertEvent.cron, AlertEvent.state,
+                                     AlertEvent.previous, AlertEvent.at).where(_NEW)
+                   .order_by(AlertEvent.id).limit(1000).tuples())
         if not new:
             return 0
         # An outage's misses go out as its one message, not one by one, whichever sender
-        # queues them (the tick or the service's own).
-        if outage.fold(now):
-            new = new_events()
-            if not new:
-                return 0
+        # queues them (the tick or the service's own). Only the events read here are
+        # judged: one recorded since waits for the next pass, so fold sees it first.
+        folded = outage.fold(now, new)
+        new = [(event_id, cron_id, at, state) for event_id, cron_id, state, _previous, at
+               in new if event_id not in folded]
+        if not new:
+            return 0
         latest = {cron_id: event_id for event_id, cron_id, _at, _state in new}
         tuning = _tuning(latest)
         decided = {}  # event id -> status given in this pass; a held event gets none
