@@ -13,8 +13,7 @@ from qlshadow.storage import db
 def cmd_db_init(args) -> int:
     settings = load_settings(args)
     database, journal = db.open_database(settings)
-    with database.connection_context(), db.write_transaction():
-        ensure_system_app()
+    ensure_system_app(database)
     print(f"database ready: {db.describe(database)}" + (f" ({journal})" if journal else ""))
     return 0
 

@@ -12,8 +12,11 @@ import os
 import secrets
 import time
 
-from qlshadow.errors import Conflict, InvalidInput
+from peewee import DatabaseError
+
+from qlshadow.errors import Conflict, InvalidInput, Unavailable
 from qlshadow.files import make_private, write_private
+from qlshadow.storage import db
 from qlshadow.storage.models import App, Token
 
 TOKEN_LIFETIME = 30 * 24 * 3600
@@ -53,9 +56,18 @@ def create_app_record(name: str, scopes, now: int | None = None) -> tuple:
     return client_id, client_secret
 
 
-def ensure_system_app() -> None:
-    """The system app exists after db init or the first serve (its secret is never needed)."""
-    _ensure_app(SYSTEM_APP, SYSTEM_SCOPES)
+def ensure_system_app(database) -> None:
+    """The system app exists after db init or the first serve (its secret is never needed).
+
+    Its own write transaction on database: a write the database refuses (a full disk after
+    an upgrade from a release without it) is one sentence, and nothing is written.
+    """
+    try:
+        with database.connection_context(), db.write_transaction():
+            _ensure_app(SYSTEM_APP, SYSTEM_SCOPES)
+    except DatabaseError as exc:
+        raise Unavailable(f"cannot create the system app: {db.failure_cause(exc)}; "
+                          "the database is unchanged") from None
 
 
 def _ensure_app(name: str, scopes) -> None:

@@ -218,3 +218,33 @@ def test_a_partition_without_room_for_the_shared_memory_file_is_called_full(
     assert f"disk full: {small_tmpfs} has no room for SQLite's shared-memory file" in line, line
     os.unlink(filler)
     assert db_init(env).returncode == 0
+
+
+def test_an_upgraded_database_without_room_for_the_system_app_is_left_unchanged(
+        small_tmpfs, tmp_path, backend):
+    # Every step is done (a database at the latest version from a release with no system
+    # app): what db init still writes is that app, and the line says so.
+    from qlshadow.storage import schema
+    db_url = f"sqlite:///{small_tmpfs}/qlshadow.db"
+    _database_before(db_url, schema.LATEST)
+    before = _read(db_url)[:3]
+    env = _env(small_tmpfs, db_url, tmp_path)
+    filler, filled = fill_disk(small_tmpfs)
+    os.truncate(filler, filled - ROOM)
+
+    full = db_init(env)
+
+    assert full.returncode == 1, full.stderr
+    assert "Traceback" not in full.stderr
+    *others, line = full.stderr.strip().splitlines()
+    assert line == ("qlshadow: cannot create the system app: disk full; "
+                    "the database is unchanged"), full.stderr
+    # The only other line says this boot could not be recorded either (storage/reboot.py).
+    assert all("cannot record this boot" in other for other in others), full.stderr
+    assert _read(db_url)[:3] == before
+    os.unlink(filler)
+    room = db_init(env)
+    assert room.returncode == 0, room.stderr
+    with Inspector(db_url) as inspector:
+        assert inspector.conn.execute(
+            "SELECT count(*) FROM apps WHERE name = 'system'").fetchone()[0] == 1

@@ -35,8 +35,7 @@ def create_app(settings: config.Settings | None = None, init_db: bool = True) ->
     app.extensions[RUNTIME_KEY].database = database
     app.extensions["qlshadow.journal"] = journal
     if init_db:
-        with database.connection_context(), db.write_transaction():
-            ensure_system_app()
+        ensure_system_app(database)
         from qlshadow.core.fleet import start as record_host  # once: the callbacks carry its id
         app.extensions[RUNTIME_KEY].host_id = record_host(settings, db.is_sqlite())
         if db.is_sqlite():
