@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import tempfile
 import time
 
 import pytest
@@ -22,7 +23,9 @@ EID = "legacy-system:{s}:{n:08x}-9d4a-4e6b-8f1a-2c3d4e5f6a7b"
 
 @pytest.fixture
 def browser():
-    """Headless chromium driven through its own chromedriver; nothing is downloaded."""
+    """Headless chromium driven through its own chromedriver; nothing is downloaded. Its
+    temp files (the profile, the singleton socket's folder, which a quit leaves behind)
+    go in a folder of this test's, removed after it (short: a socket path has a limit)."""
     if not (os.path.exists(CHROMIUM) and os.path.exists(CHROMEDRIVER)):
         pytest.skip("Debian's chromium and chromium-driver are not installed (.ci/run installs them)")
     os.environ["SE_OFFLINE"] = "true"  # Selenium Manager must never fetch a browser or driver
@@ -36,10 +39,15 @@ def browser():
         options.add_argument(arg)
     # The page must work without scripts: the browser runs with JavaScript off.
     options.add_experimental_option("prefs", {"profile.managed_default_content_settings.javascript": 2})
-    driver = webdriver.Chrome(options=options, service=Service(CHROMEDRIVER))
-    driver.set_page_load_timeout(30)
-    yield driver
-    driver.quit()
+    browser_tmp = tempfile.mkdtemp(prefix="qlshadow-browser-")
+    try:
+        service = Service(CHROMEDRIVER, env={**os.environ, "TMPDIR": browser_tmp})
+        driver = webdriver.Chrome(options=options, service=service)
+        driver.set_page_load_timeout(30)
+        yield driver
+        driver.quit()
+    finally:
+        shutil.rmtree(browser_tmp, ignore_errors=True)
 
 
 def follow(driver, element) -> None:
